@@ -1,0 +1,36 @@
+# Two commands (see README):
+#   make demo   set up .venv (first time) and run the main job on the embedded default
+#   make test   set up .venv (first time) and run the test suite
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+# Portable llama.cpp build: never -march=native (AMX segfaults on the first decode on some Xeons).
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test setup clean-venv bench
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@# llama-cpp-python builds from source (~7-15 min on 2 cores, once; pip caches the wheel).
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q llama-cpp-python==0.3.36
+	$(PY) -m pip install -q -e ".[test]"
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m jobs.generate $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest $(ARGS)
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.throughput
+	$(PY) -m benchmarks.serve_vs_engine
+
+clean-venv:
+	rm -rf $(VENV)

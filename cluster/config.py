@@ -1,0 +1,34 @@
+"""Typed cluster configuration (`conf/cluster/*.yaml`)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ClusterConfig(BaseModel):
+    """Where work runs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    address: str | None = Field(
+        None,
+        description="Ray address to join (`ray://host:10001`, `host:6379` or `auto`). None: join "
+        "the cluster that `ray job submit` names in RAY_ADDRESS, else start an embedded local one.",
+    )
+    num_cpus: int | None = Field(
+        None, ge=1, description="Logical CPUs of the embedded cluster (None: this machine's cores)."
+    )
+    object_store_memory_gb: float | None = Field(
+        None, gt=0, description="Object store size of the embedded cluster (None: Ray's default)."
+    )
+    include_dashboard: bool = Field(False, description="Start the dashboard with the embedded cluster.")
+    namespace: str = Field("evalcluster", description="Ray namespace (Serve apps live in it).")
+    stage_workers: int = Field(
+        1, ge=1, description="Ray Data actors that make model calls (each async, many calls at once)."
+    )
+    stage_num_cpus: float = Field(
+        0.25,
+        ge=0.0,
+        description="CPUs per model-call actor; small because it waits on the network. Explicit: "
+        "the default of 1 starved other tasks on a 2-core machine.",
+    )

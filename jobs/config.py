@@ -1,0 +1,193 @@
+"""Typed job configuration, validated once in each entrypoint's `main`.
+
+Hydra composes `conf/<job>.yaml` with the groups (`cluster/`, `serving/`, `dataset/`,
+`experiment/`); models are named by file (`models=[a,b]`) and loaded here from the `model/`
+folder of every config source on Hydra's search path, so `hydra.searchpath=[file://DIR]` adds
+`DIR/model/*.yaml`. Errors name the file or key that is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from cluster.config import ClusterConfig
+from serving.config import GenerationParams, ModelConfig
+from serving.deploy import ServingConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class ConfigError(ValueError):
+    """A configuration problem, phrased for the user: which key/file, and how to fix it."""
+
+
+class ColumnMapping(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str | None = Field(None, description="Column with a unique row id (None: row number).")
+    context: str | list[str] = Field(
+        description="Column with the client's message; a list of columns is joined with blank "
+        "lines (e.g. CounselChat's [questionTitle, questionText])."
+    )
+    human_response: str | None = Field(None, description="Column with the human reference answer.")
+
+
+class DatasetConfig(BaseModel):
+    """An input table and how to read it (`conf/dataset/*.yaml`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Dataset name recorded in outputs.")
+    path: str = Field(description="CSV, JSONL or Parquet file; relative paths are from the repo root.")
+    format: Literal["auto", "csv", "jsonl", "parquet"] = "auto"
+    columns: ColumnMapping
+    sensitivity: Literal["public", "restricted"] = Field(
+        description="`restricted` data is never sent to an external model."
+    )
+    limit: int | None = Field(None, ge=1, description="Use only the first N valid rows.")
+    dedupe_on: Literal["id", "context"] = Field(
+        "id", description="Which column must be unique; later duplicates are reported and skipped."
+    )
+    min_context_words: int = Field(1, ge=0, description="Contexts shorter than this are bad rows.")
+    attribution: str | None = Field(None, description="Source and license, shown in reports.")
+
+    def resolved_path(self) -> Path:
+        p = Path(self.path).expanduser()
+        return p if p.is_absolute() else (REPO_ROOT / p)
+
+
+class PromptConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: str = Field(description="Recorded in every row, so results trace back to the prompt.")
+    system: str | None = Field(None, description="System prompt text.")
+    system_file: str | None = Field(None, description="File holding the system prompt (repo-relative).")
+    user_template: str = Field(
+        "{context}", description="User message; `{context}` (or `{user_concern}`) is the context."
+    )
+    user_template_file: str | None = Field(None, description="File holding the user template.")
+
+    @staticmethod
+    def _read(key: str, value: str) -> str:
+        p = Path(value)
+        p = p if p.is_absolute() else REPO_ROOT / p
+        if not p.is_file():
+            raise ConfigError(f"prompt.{key} {value!r} not found (looked at {p})")
+        return p.read_text(encoding="utf-8").strip()
+
+    def system_text(self) -> str | None:
+        return self._read("system_file", self.system_file) if self.system_file else self.system
+
+    def user_text(self) -> str:
+        if self.user_template_file:
+            return self._read("user_template_file", self.user_template_file)
+        return self.user_template
+
+    def messages(self, context: str) -> list[dict[str, str]]:
+        """The chat messages for one context."""
+        # str.replace, not str.format: prompts may contain literal braces (JSON examples).
+        user = self.user_text().replace("{context}", context).replace("{user_concern}", context)
+        system = self.system_text()
+        return ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": user}
+        ]
+
+
+class GenerateConfig(BaseModel):
+    """`python -m jobs.generate`: contexts x models -> responses."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    experiment: str = Field(description="Experiment name; runs live in runs/<experiment>/<run_id>.")
+    run_dir: str = Field(description="Run directory; re-running on it resumes.")
+    models: list[str] = Field(min_length=1, description="Model file names (conf/model/<name>.yaml).")
+    dataset: DatasetConfig
+    prompt: PromptConfig
+    generation: dict[str, Any] = Field(
+        default_factory=dict, description="Overrides of each model's default sampling parameters."
+    )
+    cluster: ClusterConfig
+    serving: ServingConfig
+    rows_per_task: int = Field(
+        32, ge=1, description="Rows per Ray Data block: the unit of work and of output flushing."
+    )
+    flush_every_s: float = Field(2.0, gt=0, description="Write finished rows at least this often.")
+    retry_failed: bool = Field(
+        True, description="On resume, send again the rows an earlier run wrote as failed."
+    )
+    dry_run: bool = Field(False, description="Print the plan and exit without calling models.")
+
+    @field_validator("generation")
+    @classmethod
+    def _known_generation_keys(cls, v: dict[str, Any]) -> dict[str, Any]:
+        GenerationParams().merged(v)  # raises on bad values
+        return v
+
+
+def load_model(name: str, search_dirs: list[Path]) -> ModelConfig:
+    """Load `model/<name>.yaml` from the first search dir that has it."""
+    for d in search_dirs:
+        path = d / "model" / f"{name}.yaml"
+        if path.is_file():
+            try:
+                data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+            if not isinstance(data, dict):
+                raise ConfigError(f"{path}: expected a mapping of fields, got {type(data).__name__}")
+            data.pop("name", None)
+            try:
+                return ModelConfig(name=name, **data)
+            except ValidationError as exc:
+                raise ConfigError(f"{path}: {_explain(exc)}") from exc
+    known = sorted({p.stem for d in search_dirs for p in (d / "model").glob("*.yaml")})
+    raise ConfigError(
+        f"unknown model {name!r}: no model/{name}.yaml in {[str(d) for d in search_dirs]}. "
+        f"Known models: {', '.join(known)}. Add a file, or add its folder with "
+        "hydra.searchpath=[file://DIR] (DIR/model/NAME.yaml)."
+    )
+
+
+def hydra_search_dirs() -> list[Path]:
+    """Config folders on Hydra's search path (user searchpath entries first, as Hydra orders)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    dirs: list[Path] = []
+    for src in HydraConfig.get().runtime.config_sources:
+        if src.schema == "file":
+            dirs.append(Path(src.path))
+        elif src.schema == "pkg":
+            import importlib.resources
+
+            try:
+                dirs.append(Path(str(importlib.resources.files(src.path.replace("/", ".")))))
+            except (ModuleNotFoundError, TypeError):
+                continue
+    # Hydra lists the primary config dir first; extra searchpath dirs must win over it so a
+    # user's folder can shadow a bundled model file.
+    return dirs[1:] + dirs[:1] if len(dirs) > 1 else dirs
+
+
+def _explain(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key; remove it or check its spelling"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        parts.append(f"`{loc}`: {msg}")
+    return "; ".join(parts)
+
+
+def validate(cfg_dict: dict[str, Any], model_cls: type[BaseModel], where: str = "config"):
+    """Validate a resolved Hydra config into a typed model, with errors that name the key."""
+    try:
+        return model_cls(**cfg_dict)
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: {_explain(exc)}") from exc

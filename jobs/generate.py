@@ -1,0 +1,129 @@
+"""`python -m jobs.generate`: counseling contexts x models -> `RUN_DIR/responses/` (Parquet).
+
+    python -m jobs.generate                                   # demo: bundled CPU model
+    python -m jobs.generate models=[gemma3-270m] dataset.limit=50 run_dir=runs/mine
+    python -m jobs.generate experiment=mentalbench dry_run=true
+
+The method, as the code runs it:
+1. read the contexts through the dataset's column mapping (bad rows reported, good rows kept);
+2. refuse before any request if restricted data would reach an external model;
+3. skip (context, model) pairs already in the run directory (resume);
+4. connect to Ray and make sure every named model is hosted (Serve) or reachable (API);
+5. send every remaining pair through the model-call stage on Ray Data, all in flight together
+   up to each model's concurrency limit, writing rows as they finish.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from jobs.config import ConfigError, GenerateConfig, hydra_search_dirs, load_model, validate
+from jobs.inputs import read_contexts
+from jobs.schemas import RESPONSES
+from jobs.store import TableStore
+from serving.governance import DataGovernanceError, check_all
+
+log = logging.getLogger("jobs.generate")
+
+
+def plan_rows(contexts: pd.DataFrame, models: list[str], done: set[tuple[str, ...]]) -> pd.DataFrame:
+    """All (context, model) pairs not yet written, models interleaved so all progress together."""
+    rows = [
+        {"context_id": cid, "context": ctx, "model": m}
+        for cid, ctx in zip(contexts["context_id"], contexts["context"])
+        for m in models
+        if (cid, m) not in done
+    ]
+    return pd.DataFrame(rows, columns=["context_id", "context", "model"])
+
+
+def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
+    models = [load_model(name, search_dirs) for name in cfg.models]
+    contexts, report = read_contexts(cfg.dataset)
+    run_dir = Path(cfg.run_dir)
+    report.write(run_dir / "input_report.json")
+    print(report.summary(), flush=True)
+    if contexts.empty:
+        print(f"error: no usable rows in {report.file}; nothing to do", file=sys.stderr)
+        return 2
+    check_all(models, cfg.dataset.sensitivity, cfg.dataset.name)
+
+    store = TableStore(run_dir, RESPONSES, writer=True)
+    if cfg.retry_failed and not cfg.dry_run:
+        dropped = store.drop_failed()
+        if dropped:
+            print(f"resume: {dropped} failed row(s) from an earlier run will be sent again", flush=True)
+    done = store.existing_keys()
+    todo = plan_rows(contexts, cfg.models, done)
+    total = len(contexts) * len(models)
+    print(f"run {run_dir}: {total} (context, model) pairs, {total - len(todo)} already written, "
+          f"{len(todo)} to send", flush=True)
+    if cfg.dry_run:
+        for m in models:
+            n = int((todo["model"] == m.name).sum())
+            params = m.generation.merged(cfg.generation)
+            print(f"  {m.name:<32} {n:>7} calls  <= {n * params.max_tokens:>10} output tokens  "
+                  f"concurrency {m.concurrency}  ({m.provider}/{m.engine or m.locality}, "
+                  f"TP {m.resources.tensor_parallel_size} x {m.resources.accelerator_type or 'CPU'})")
+        return 0
+    if todo.empty:
+        return 0
+
+    from cluster.connect import connect
+    from jobs.runner import run_stage
+    from jobs.stage import GenerateStage, endpoints_to_spec
+    from serving.deploy import ensure
+
+    print(connect(cfg.cluster), flush=True)
+    endpoints = ensure(models, cfg.serving)
+    for name, ep in endpoints.items():
+        print(f"  {name}: {ep.base_url}", flush=True)
+    workers = cfg.cluster.stage_workers
+    counts = run_stage(
+        todo,
+        GenerateStage,
+        dict(
+            endpoints=endpoints_to_spec(endpoints),
+            concurrency_share=1.0 / workers,
+            sensitivity=cfg.dataset.sensitivity,
+            table=RESPONSES,
+            system=cfg.prompt.system_text(),
+            user_template=cfg.prompt.user_text(),
+            prompt_version=cfg.prompt.version,
+            generation_overrides=cfg.generation,
+            dataset=cfg.dataset.name,
+            run_id=run_dir.name,
+        ),
+        store,
+        workers=workers,
+        worker_num_cpus=cfg.cluster.stage_num_cpus,
+        rows_in_flight=sum(m.concurrency for m in models),
+        rows_per_task=cfg.rows_per_task,
+        flush_every_s=cfg.flush_every_s,
+        desc="generate",
+    )
+    print(f"done: {counts['ok']} ok, {counts['failed']} failed; responses in {store.dir}", flush=True)
+    return 0
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="generate")
+def main(raw: DictConfig) -> None:
+    try:
+        data = OmegaConf.to_container(raw, resolve=True)
+        data["run_dir"] = str(Path(data["run_dir"]).resolve())
+        cfg = validate(data, GenerateConfig, "generate config")
+        code = run(cfg, hydra_search_dirs())
+    except (ConfigError, DataGovernanceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        code = 2
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

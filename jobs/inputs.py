@@ -1,0 +1,138 @@
+"""Read an input table through its column mapping, keeping good rows and reporting bad ones.
+
+A missing file or a missing mapped column stops the job with an error that names the file, the
+mapping key and the columns that do exist. A bad row (empty or non-text context, missing or
+duplicate id) is reported with its row number, field and reason, and the good rows go on.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from jobs.config import ConfigError, DatasetConfig
+
+
+@dataclass
+class BadRow:
+    row: int  # 1-based data row number in the file (header excluded)
+    field: str
+    reason: str
+    id: str | None = None
+
+
+@dataclass
+class InputReport:
+    file: str
+    rows_read: int = 0
+    rows_ok: int = 0
+    bad: list[BadRow] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for b in self.bad:
+            out[b.reason] = out.get(b.reason, 0) + 1
+        return out
+
+    def summary(self) -> str:
+        text = f"{self.file}: {self.rows_read} rows read, {self.rows_ok} usable"
+        if self.bad:
+            text += f", {len(self.bad)} bad (" + ", ".join(f"{k}: {v}" for k, v in self.counts().items()) + ")"
+            for b in self.bad[:5]:
+                text += f"\n  row {b.row}, field {b.field!r}{f' (id {b.id})' if b.id else ''}: {b.reason}"
+            if len(self.bad) > 5:
+                text += f"\n  ... and {len(self.bad) - 5} more (see the input report in the run directory)"
+        return text
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {**asdict(self), "counts": self.counts()}
+        path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+
+
+def _read_any(path: Path, fmt: str) -> pd.DataFrame:
+    if fmt == "auto":
+        suffix = path.suffix.lower()
+        fmt = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}.get(suffix, "")
+        if not fmt:
+            raise ConfigError(
+                f"{path}: cannot tell the format from the suffix {suffix!r}; set dataset.format "
+                "to csv, jsonl or parquet"
+            )
+    try:
+        if fmt == "csv":
+            # Everything as text: ids like 007 must not become 7, and type checks are ours.
+            return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[])
+        if fmt == "jsonl":
+            return pd.read_json(path, lines=True, dtype=False)
+        return pd.read_parquet(path)
+    except (ValueError, pd.errors.ParserError, OSError) as exc:
+        raise ConfigError(f"{path}: cannot be read as {fmt}: {exc}") from exc
+
+
+def _as_text(value) -> str | None:
+    if isinstance(value, str):
+        return value
+    return None
+
+
+def read_contexts(ds: DatasetConfig) -> tuple[pd.DataFrame, InputReport]:
+    """Return `(contexts, report)`; contexts has `context_id`, `context`, `human_response`."""
+    path = ds.resolved_path()
+    if not path.is_file():
+        raise ConfigError(
+            f"dataset {ds.name!r}: file not found: {path} (set dataset.path; relative paths are "
+            "from the repository root)"
+        )
+    df = _read_any(path, ds.format)
+    cols = ds.columns
+    wanted = {"columns.id": cols.id, "columns.human_response": cols.human_response}
+    ctx_cols = [cols.context] if isinstance(cols.context, str) else list(cols.context)
+    for c in ctx_cols:
+        wanted[f"columns.context ({c})"] = c
+    for key, col in wanted.items():
+        if col is not None and col not in df.columns:
+            raise ConfigError(
+                f"{path}: no column {col!r} for dataset.{key.split(' ')[0]}; the file has columns "
+                f"{list(map(str, df.columns))}. Set dataset.{key.split(' ')[0]} to one of them."
+            )
+
+    report = InputReport(file=str(path), rows_read=len(df))
+    records = []
+    seen: set[str] = set()
+    for i, row in enumerate(df.to_dict("records"), start=1):
+        if cols.id is not None:
+            raw_id = row.get(cols.id)
+            cid = None if raw_id is None or (isinstance(raw_id, float) and pd.isna(raw_id)) else str(raw_id).strip()
+            if not cid:
+                report.bad.append(BadRow(i, cols.id, "missing id"))
+                continue
+        else:
+            cid = str(i)
+        parts = [row.get(c) for c in ctx_cols]
+        texts = [_as_text(p) for p in parts]
+        if any(t is None and p is not None and not (isinstance(p, float) and pd.isna(p)) for t, p in zip(texts, parts)):
+            report.bad.append(BadRow(i, ",".join(ctx_cols), f"context is not text ({type(parts[0]).__name__})", cid))
+            continue
+        context = "\n\n".join(t.strip() for t in texts if t and t.strip())
+        if not context:
+            report.bad.append(BadRow(i, ",".join(ctx_cols), "empty context", cid))
+            continue
+        if len(context.split()) < ds.min_context_words:
+            report.bad.append(BadRow(i, ",".join(ctx_cols), f"context shorter than {ds.min_context_words} words", cid))
+            continue
+        dedupe_key = cid if ds.dedupe_on == "id" else context
+        if dedupe_key in seen:
+            report.bad.append(BadRow(i, cols.id or "context", f"duplicate {ds.dedupe_on}", cid))
+            continue
+        seen.add(dedupe_key)
+        human = row.get(cols.human_response) if cols.human_response else None
+        records.append({"context_id": cid, "context": context, "human_response": _as_text(human)})
+        if ds.limit is not None and len(records) >= ds.limit:
+            break
+    report.rows_ok = len(records)
+    out = pd.DataFrame.from_records(records, columns=["context_id", "context", "human_response"])
+    return out, report

@@ -1,0 +1,79 @@
+"""Run a `ChatStage` over rows with Ray Data and stream its output into a `TableStore`.
+
+The driver consumes the dataset as a stream and writes a part file every few seconds, so a
+killed run keeps everything but the rows in flight, and a progress bar shows ok/error counts.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - registers pa.compute
+from tqdm import tqdm
+
+from jobs.schemas import STATUS_OK
+from jobs.store import TableStore
+
+
+def run_stage(
+    rows: pd.DataFrame,
+    stage_cls: type,
+    stage_kwargs: dict[str, Any],
+    store: TableStore,
+    *,
+    workers: int,
+    worker_num_cpus: float,
+    rows_in_flight: int,
+    rows_per_task: int,
+    flush_every_s: float,
+    desc: str,
+) -> dict[str, int]:
+    """Send `rows` through `stage_cls` on Ray Data; append results to `store`. Returns counts."""
+    import ray.data
+
+    counts = {"ok": 0, "failed": 0}
+    if rows.empty:
+        return counts
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False  # ours below counts rows and failures, not blocks
+    ctx.verbose_stats_logs = False
+    chunks = [rows.iloc[i : i + rows_per_task] for i in range(0, len(rows), rows_per_task)]
+    # Each worker must hold enough batches to keep `rows_in_flight` calls open with spare rows
+    # queued behind them; Ray Data submits up to 2 x max_concurrency tasks per actor.
+    per_worker_rows = math.ceil(rows_in_flight / workers)
+    max_concurrency = max(2, math.ceil(2 * per_worker_rows / rows_per_task))
+    ds = ray.data.from_pandas(chunks).map_batches(
+        stage_cls,
+        fn_constructor_kwargs=stage_kwargs,
+        batch_size=None,
+        batch_format="pandas",
+        concurrency=workers,
+        num_cpus=worker_num_cpus,
+        max_concurrency=max_concurrency,
+    )
+    pending: list[pa.Table] = []
+    last_flush = time.monotonic()
+
+    def flush() -> None:
+        nonlocal pending, last_flush
+        if pending:
+            store.append(pa.concat_tables(pending))
+            pending = []
+        last_flush = time.monotonic()
+
+    with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar:
+        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+            pending.append(batch)
+            ok = pa.compute.sum(pa.compute.equal(batch.column("status"), STATUS_OK)).as_py() or 0
+            counts["ok"] += ok
+            counts["failed"] += batch.num_rows - ok
+            bar.update(batch.num_rows)
+            bar.set_postfix(ok=counts["ok"], failed=counts["failed"], refresh=False)
+            if time.monotonic() - last_flush >= flush_every_s:
+                flush()
+        flush()
+    return counts

@@ -1,0 +1,105 @@
+"""Parquet tables in a run directory, written so that a crash loses at most the work in flight.
+
+A table is a folder of part files (`RUN_DIR/<table>/part-*.parquet`), readable as one dataset by
+pandas, pyarrow or Ray Data. Each part is written to a temporary name and renamed into place, so
+a reader never sees half a file even after SIGKILL, and the keys already written are the keys
+to skip on resume.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - registers pa.compute
+import pyarrow.parquet as pq
+
+from jobs.schemas import Table
+
+
+class TableStore:
+    def __init__(self, run_dir: str | Path, table: Table, writer: bool = False):
+        self.table = table
+        self.dir = Path(run_dir) / table.name
+        self._seq = 0
+        if writer:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            # Leftover temp files are parts that a dead run was writing: never data.
+            for tmp in self.dir.glob(".tmp-*"):
+                tmp.unlink(missing_ok=True)
+
+    def parts(self) -> list[Path]:
+        return sorted(self.dir.glob("part-*.parquet"))
+
+    def existing_keys(self) -> set[tuple[str, ...]]:
+        keys: set[tuple[str, ...]] = set()
+        for part in self.parts():
+            t = pq.read_table(part, columns=list(self.table.key))
+            cols = [t.column(k).to_pylist() for k in self.table.key]
+            keys.update(zip(*cols))
+        return keys
+
+    def drop_failed(self) -> int:
+        """Remove rows whose status is not `ok`, so a resumed run sends them again.
+
+        Each affected part is rewritten without those rows (new file first, then the old one is
+        removed), so a crash in between leaves duplicates of ok rows at worst, which `read`
+        collapses, and never loses an ok row. Returns the number of rows dropped.
+        """
+        dropped = 0
+        for part in self.parts():
+            t = pq.read_table(part, schema=self.table.schema)
+            ok = pa.compute.equal(t.column("status"), "ok")
+            n_ok = pa.compute.sum(ok).as_py() or 0
+            if n_ok == t.num_rows:
+                continue
+            dropped += t.num_rows - n_ok
+            if n_ok:
+                self.append(t.filter(ok))
+            part.unlink()
+        return dropped
+
+    def to_arrow(self, rows: pa.Table | pd.DataFrame | list[dict]) -> pa.Table:
+        if isinstance(rows, pa.Table):
+            return rows.select(self.table.columns).cast(self.table.schema)
+        df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
+        missing = [c for c in self.table.columns if c not in df.columns]
+        for c in missing:
+            df[c] = None
+        return pa.Table.from_pandas(df[self.table.columns], schema=self.table.schema, preserve_index=False)
+
+    def append(self, rows: pa.Table | pd.DataFrame | list[dict]) -> Path | None:
+        """Write rows as one new part file, atomically. Returns its path (None if no rows)."""
+        table = self.to_arrow(rows)
+        if table.num_rows == 0:
+            return None
+        self._seq += 1
+        name = f"part-{os.getpid()}-{self._seq:06d}-{uuid.uuid4().hex[:8]}.parquet"
+        tmp = self.dir / f".tmp-{name}"
+        pq.write_table(table, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.dir / name)
+        return self.dir / name
+
+    def read(self) -> pd.DataFrame:
+        parts = self.parts()
+        if not parts:
+            return self.table.schema.empty_table().to_pandas()
+        df = pa.concat_tables(pq.read_table(p, schema=self.table.schema) for p in parts).to_pandas()
+        # One row per key: a part rewritten by `drop_failed` may briefly coexist with its original.
+        return df.drop_duplicates(subset=list(self.table.key), keep="last").reset_index(drop=True)
+
+
+def read_table(run_dir: str | Path, table: Table) -> pd.DataFrame:
+    """Read one table of a run (what `analysis/` uses)."""
+    return TableStore(run_dir, table).read()
+
+
+def iter_parts(paths: Iterable[Path]) -> Iterable[pa.Table]:
+    for p in paths:
+        yield pq.read_table(p)

@@ -1,0 +1,102 @@
+"""Ray Serve application for a CPU-engine model, behind the OpenAI-compatible routes.
+
+Routes (under the application's route prefix, `/<model name>` by default):
+`POST /v1/chat/completions`, `GET /v1/models`, `GET /health`. The router is thin: it validates
+the request with `serving.protocol` and hands it to the engine; Serve's own `check_health`
+restarts a replica whose engine stopped answering.
+"""
+
+
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from ray import serve
+
+from serving.config import ModelConfig
+from serving.protocol import ChatCompletionRequest, ModelCard, ModelList, error_body
+
+log = logging.getLogger(__name__)
+
+api = FastAPI(title="evalcluster CPU engine", docs_url=None, redoc_url=None)
+
+
+@api.exception_handler(RequestValidationError)
+async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    # OpenAI clients expect {"error": {...}} bodies; FastAPI's default 422 shape is not one.
+    problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+    return JSONResponse(status_code=400, content=error_body(problems))
+
+
+@serve.deployment(
+    name="CpuLLMServer",
+    health_check_period_s=10,
+    health_check_timeout_s=30,
+)
+@serve.ingress(api)
+class CpuLLMServer:
+    """One replica = one llama.cpp engine for one model."""
+
+    def __init__(self, model: dict):
+        from serving.engines.llamacpp import LlamaCppEngine
+
+        self.model = ModelConfig(**model)
+        self.engine = LlamaCppEngine(
+            model_id=self.model.name,
+            source=self.model.source,
+            engine_kwargs=self.model.engine_kwargs,
+            default_max_tokens=self.model.generation.max_tokens,
+        )
+
+    @api.post("/v1/chat/completions")
+    async def chat_completions(self, request: ChatCompletionRequest) -> JSONResponse:
+        if request.model != self.model.name:
+            return JSONResponse(
+                status_code=404,
+                content=error_body(
+                    f"model {request.model!r} is not served here; this route serves "
+                    f"{self.model.name!r}",
+                    "not_found_error",
+                    404,
+                ),
+            )
+        response = await self.engine.chat(request)
+        return JSONResponse(content=response.model_dump())
+
+    @api.get("/v1/models")
+    async def models(self) -> JSONResponse:
+        return JSONResponse(content=ModelList(data=[ModelCard(id=self.model.name)]).model_dump())
+
+    @api.get("/health")
+    async def health(self) -> JSONResponse:
+        return JSONResponse(content={"status": "ok", "model": self.model.name})
+
+    def check_health(self) -> None:
+        # Serve calls this periodically; an engine that failed to load never gets here.
+        if self.engine is None:  # pragma: no cover - defensive
+            raise RuntimeError("engine not loaded")
+
+
+def build_cpu_app(model: ModelConfig):
+    """The Serve application hosting one CPU-engine model with its replica resources."""
+    if model.engine != "llamacpp":
+        raise ValueError(f"model {model.name!r} has engine {model.engine!r}, not 'llamacpp'")
+    res = model.resources
+    deployment = CpuLLMServer.options(
+        name=f"cpu-{model.name}",
+        ray_actor_options={"num_cpus": res.num_cpus},
+        max_ongoing_requests=res.max_ongoing_requests,
+        autoscaling_config={
+            "min_replicas": res.min_replicas,
+            "max_replicas": res.max_replicas,
+            "initial_replicas": max(1, res.min_replicas),
+            # One llama.cpp engine decodes one request at a time: scale on queue length.
+            "target_ongoing_requests": 2,
+        }
+        if res.max_replicas > res.min_replicas
+        else None,
+        num_replicas=None if res.max_replicas > res.min_replicas else res.min_replicas or 1,
+    )
+    return deployment.bind(model.model_dump())

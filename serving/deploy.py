@@ -1,0 +1,137 @@
+"""Host the models a job names on Ray Serve, idempotently, and say where each endpoint is.
+
+`ensure(models, cfg)` is what every job calls after connecting to Ray: models already running
+are left alone, missing ones are deployed and waited for, external ones need nothing. It returns
+one `Endpoint` per model, the only thing the model-call stage needs.
+
+As a command: `python -m serving.deploy models=[gemma3-270m]` deploys and keeps them up.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import urllib.error
+import urllib.request
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from serving.client import Endpoint
+from serving.config import ModelConfig
+
+log = logging.getLogger(__name__)
+
+VLLM_APP = "vllm"
+
+
+class ServingConfig(BaseModel):
+    """How Serve is reached (`conf/serving/*.yaml`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = Field("127.0.0.1", description="Host the Serve HTTP proxy binds and jobs call.")
+    port: int = Field(8000, ge=1, le=65535, description="Serve HTTP port.")
+    startup_timeout_s: float = Field(
+        900.0, gt=0, description="How long to wait for a model's replicas to become healthy."
+    )
+    proxy_location: str = Field(
+        "EveryNode",
+        description="Serve proxy placement; EveryNode lets workers on any node call 127.0.0.1.",
+    )
+
+
+def app_name(model: ModelConfig) -> str:
+    return VLLM_APP if model.engine == "vllm" else model.name
+
+
+def base_url(model: ModelConfig, cfg: ServingConfig) -> str:
+    """The OpenAI base URL of a model: Serve route for hosted ones, the file's for external ones."""
+    if model.provider == "openai":
+        assert model.base_url
+        return model.base_url.rstrip("/")
+    return f"http://{cfg.host}:{cfg.port}/{app_name(model)}/v1"
+
+
+def _running_apps() -> dict[str, str]:
+    from ray import serve
+
+    try:
+        status = serve.status()
+    except Exception:  # Serve not started yet
+        return {}
+    return {name: str(app.status) for name, app in status.applications.items()}
+
+
+def _wait_ready(models: list[ModelConfig], cfg: ServingConfig) -> None:
+    """Block until each hosted model answers /v1/models through the HTTP proxy."""
+    deadline = time.monotonic() + cfg.startup_timeout_s
+    for model in models:
+        url = base_url(model, cfg) + "/models"
+        while True:
+            apps = _running_apps()
+            state = apps.get(app_name(model), "")
+            if "DEPLOY_FAILED" in state or "UNHEALTHY" in state:
+                from ray import serve
+
+                detail = serve.status().applications[app_name(model)]
+                raise RuntimeError(f"deploying model {model.name!r} failed: {detail}")
+            try:
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    if resp.status == 200 and model.name.encode() in resp.read():
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"model {model.name!r} was not ready at {url} after {cfg.startup_timeout_s:.0f}s "
+                    f"(app state {state or 'absent'}); raise serving.startup_timeout_s or check "
+                    "`serve status`"
+                )
+            time.sleep(1.0)
+
+
+def ensure(models: list[ModelConfig], cfg: ServingConfig) -> dict[str, Endpoint]:
+    """Make sure every hosted model in `models` is up; return an endpoint per model.
+
+    Requires a connected Ray (see `cluster.connect`). Idempotent: an application that is already
+    running is not redeployed, so concurrent jobs and re-runs share the same replicas.
+    """
+    hosted = [m for m in models if m.provider == "serve"]
+    if hosted:
+        from ray import serve
+
+        serve.start(
+            http_options={"host": cfg.host, "port": cfg.port, "location": cfg.proxy_location},
+        )
+        running = _running_apps()
+        cpu = [m for m in hosted if m.engine == "llamacpp"]
+        gpu = [m for m in hosted if m.engine == "vllm"]
+        for model in cpu:
+            if app_name(model) in running:
+                log.info("model %s already hosted", model.name)
+                continue
+            from serving.cpu_app import build_cpu_app
+
+            log.info("deploying %s on the CPU engine", model.name)
+            serve.run(build_cpu_app(model), name=app_name(model), route_prefix=f"/{app_name(model)}",
+                      blocking=False)
+        if gpu:
+            _ensure_vllm(gpu, running)
+        _wait_ready(hosted, cfg)
+    return {m.name: Endpoint(model=m, base_url=base_url(m, cfg)) for m in models}
+
+
+def _ensure_vllm(models: list[ModelConfig], running: dict[str, str]) -> None:
+    """All vLLM models share one `ray.serve.llm` OpenAI app (it routes by the `model` field)."""
+    from ray import serve
+
+    from serving.vllm_app import build_vllm_app
+
+    if VLLM_APP in running:
+        # Redeploying with a different model set would restart every replica; refuse loudly.
+        import json
+        import urllib.request  # noqa: F401 - kept near its use
+
+        log.info("vLLM app already running; models must already be part of it")
+        return
+    serve.run(build_vllm_app(models), name=VLLM_APP, route_prefix=f"/{VLLM_APP}", blocking=False)

