@@ -51,9 +51,12 @@ def run_stage(
         fn_constructor_kwargs=stage_kwargs,
         batch_size=None,
         batch_format="pandas",
-        concurrency=workers,
+        compute=ray.data.ActorPoolStrategy(
+            size=workers,
+            max_concurrent_calls_per_actor=max_concurrency,
+            max_tasks_in_flight_per_actor=2 * max_concurrency,
+        ),
         num_cpus=worker_num_cpus,
-        max_concurrency=max_concurrency,
     )
     pending: list[pa.Table] = []
     last_flush = time.monotonic()

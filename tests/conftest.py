@@ -1,0 +1,78 @@
+"""Shared fixtures. Unit tests need no Ray; integration tests start Ray in a subprocess job."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def fake_model_yaml(name: str, base_url: str, **fields) -> str:
+    """A model file for an OpenAI-compatible fake endpoint (provider openai, locality external)."""
+    body = {
+        "display_name": name, "family": "fake", "provider": "openai", "source": "fake",
+        "locality": "external", "base_url": base_url, "concurrency": 8, "timeout_s": 5,
+        "max_retries": 6, **fields,
+    }
+    import yaml
+
+    return "# a loopback fake endpoint for tests\n" + yaml.safe_dump(body)
+
+
+def write_model_dir(tmp: Path, name: str, base_url: str, **fields) -> Path:
+    """A Hydra searchpath folder holding `model/<name>.yaml`."""
+    (tmp / "model").mkdir(parents=True, exist_ok=True)
+    (tmp / "model" / f"{name}.yaml").write_text(fake_model_yaml(name, base_url, **fields))
+    return tmp
+
+
+def job_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("RAY_DEDUP_LOGS", "0")
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def run_job(module: str, *overrides: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+    """Run `python -m <module> overrides...` from the repo root, as a user would."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *overrides],
+        cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{module} exited {proc.returncode}\nSTDOUT:\n{proc.stdout[-4000:]}\nSTDERR:\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def start_job(module: str, *overrides: str, log_path: Path) -> subprocess.Popen:
+    """Start a job in its own process group (so a test can SIGKILL it and its Ray children)."""
+    fh = open(log_path, "w")
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *overrides],
+        cwd=ROOT, env=job_env(), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data folder {SHARED_DATA} is absent")
+    return SHARED_DATA
