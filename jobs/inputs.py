@@ -79,6 +79,21 @@ def _as_text(value) -> str | None:
     return None
 
 
+def _is_missing(value) -> bool:
+    """None or a scalar NaN/NA (a list or dict is a value, not a missing one)."""
+    return value is None or (pd.api.types.is_scalar(value) and bool(pd.isna(value)))
+
+
+def _as_id(value) -> str | None:
+    """An id as text. A whole float is an integer id that a missing value turned into a float
+    (JSONL/Parquet ints with a null read as float64): 7.0 is the id "7", not "7.0"."""
+    if _is_missing(value):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value).strip()
+
+
 def read_contexts(ds: DatasetConfig) -> tuple[pd.DataFrame, InputReport]:
     """Return `(contexts, report)`; contexts has `context_id`, `context`, `human_response`."""
     path = ds.resolved_path()
@@ -105,8 +120,7 @@ def read_contexts(ds: DatasetConfig) -> tuple[pd.DataFrame, InputReport]:
     seen: set[str] = set()
     for i, row in enumerate(df.to_dict("records"), start=1):
         if cols.id is not None:
-            raw_id = row.get(cols.id)
-            cid = None if raw_id is None or (isinstance(raw_id, float) and pd.isna(raw_id)) else str(raw_id).strip()
+            cid = _as_id(row.get(cols.id))
             if not cid:
                 report.bad.append(BadRow(i, cols.id, "missing id"))
                 continue
@@ -114,8 +128,11 @@ def read_contexts(ds: DatasetConfig) -> tuple[pd.DataFrame, InputReport]:
             cid = str(i)
         parts = [row.get(c) for c in ctx_cols]
         texts = [_as_text(p) for p in parts]
-        if any(t is None and p is not None and not (isinstance(p, float) and pd.isna(p)) for t, p in zip(texts, parts)):
-            report.bad.append(BadRow(i, ",".join(ctx_cols), f"context is not text ({type(parts[0]).__name__})", cid))
+        non_text = [(c, p) for c, t, p in zip(ctx_cols, texts, parts) if t is None and not _is_missing(p)]
+        if non_text:
+            # Name the offending column and its value's type (not the first context column's).
+            col, value = non_text[0]
+            report.bad.append(BadRow(i, col, f"context is not text ({type(value).__name__})", cid))
             continue
         context = "\n\n".join(t.strip() for t in texts if t and t.strip())
         if not context:

@@ -68,8 +68,9 @@ class TableStore:
             return rows.select(self.table.columns).cast(self.table.schema)
         df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
         missing = [c for c in self.table.columns if c not in df.columns]
-        for c in missing:
-            df[c] = None
+        if missing:
+            # A new frame: never add columns to the caller's DataFrame.
+            df = df.assign(**{c: None for c in missing})
         return pa.Table.from_pandas(df[self.table.columns], schema=self.table.schema, preserve_index=False)
 
     def append(self, rows: pa.Table | pd.DataFrame | list[dict]) -> Path | None:

@@ -1,0 +1,103 @@
+"""The generate job end to end, as a user runs it (`python -m jobs.generate ...` in a subprocess)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import kill_group, run_job, start_job, write_model_dir
+from tests.fakes.openai_server import FakeServer
+
+pytestmark = pytest.mark.integration
+
+
+def _contexts_csv(path: Path, n: int) -> Path:
+    pd.DataFrame({"id": [f"c{i:04d}" for i in range(n)],
+                  "text": [f"I have been feeling low for {i} days and cannot sleep." for i in range(n)]}
+                 ).to_csv(path, index=False)
+    return path
+
+
+def _dataset_overrides(csv: Path) -> list[str]:
+    return [f"dataset.path={csv}", "dataset.name=synthetic", "dataset.columns.id=id",
+            "dataset.columns.context=text", "dataset.columns.human_response=null"]
+
+
+def test_bundled_model_answers_land_in_parquet_and_rerun_resumes(tmp_path):
+    """The README's main job on the real bundled model: answers in Parquet; a rerun sends nothing."""
+    run_dir = tmp_path / "run"
+    common = [f"run_dir={run_dir}", "generation.max_tokens=24", "serving.port=8123"]
+    run_job("jobs.generate", *common, "dataset.limit=3")
+    df = pd.read_parquet(run_dir / "responses")
+    assert len(df) == 3
+    assert (df["status"] == "ok").all(), df[["status", "error"]]
+    assert (df["model"] == "gemma3-270m").all()
+    assert df["response"].str.len().gt(0).all()
+    assert df["completion_tokens"].between(1, 24).all() and df["prompt_tokens"].gt(20).all()
+    assert df["latency_s"].gt(0).all()
+    assert (df["temperature"] == 0.7).all() and (df["max_tokens"] == 24).all()
+    assert (df["prompt_version"] == "mentalbench-responder-v1").all()
+    assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / "input_report.json").is_file()
+
+    again = run_job("jobs.generate", *common, "dataset.limit=3")
+    assert "3 already written, 0 to send" in again.stdout
+    more = run_job("jobs.generate", *common, "dataset.limit=5")
+    assert "3 already written, 2 to send" in more.stdout
+    df = pd.read_parquet(run_dir / "responses")
+    assert len(df) == 5 and df["context_id"].is_unique and (df["status"] == "ok").all()
+
+
+def test_faults_are_retried_and_dead_endpoints_become_error_rows(tmp_path):
+    """30% of calls answered 429/500/timeout: every row ok. Always 503: every row error, none lost."""
+    csv = _contexts_csv(tmp_path / "contexts.csv", 60)
+    with FakeServer(latency=0.02, fault_rate=0.3, fault_kinds="429,500,timeout", retry_after=0.05,
+                    timeout_sleep=10, seed=3) as flaky, FakeServer(always_fail="503") as dead:
+        models = write_model_dir(tmp_path / "models", "flaky", flaky.base_url, timeout_s=1.0, max_retries=10)
+        write_model_dir(models, "dead", dead.base_url, max_retries=2)
+        run_job("jobs.generate", f"hydra.searchpath=[file://{models}]", "models=[flaky,dead]",
+                f"run_dir={tmp_path / 'run'}", *_dataset_overrides(csv))
+        flaky_stats = flaky.stats()
+    df = pd.read_parquet(tmp_path / "run" / "responses")
+    assert len(df) == 120 and not df.duplicated(["context_id", "model"]).any()
+    ok = df[df["model"] == "flaky"]
+    assert (ok["status"] == "ok").all(), ok["error"].dropna().head()
+    assert ok["attempts"].sum() > 60 and all(flaky_stats["faults"].get(k) for k in ("429", "500", "timeout"))
+    bad = df[df["model"] == "dead"]
+    assert (bad["status"] == "error").all() and bad["response"].isna().all()
+    assert bad["error"].str.contains("503").all() and (bad["attempts"] == 3).all()
+
+
+def test_sigkill_halfway_then_resume_gives_one_row_per_key_and_resends_nothing_written(tmp_path):
+    """A run killed with SIGKILL mid-way, re-run on the same directory, completes exactly once."""
+    csv = _contexts_csv(tmp_path / "contexts.csv", 160)
+    run_dir = tmp_path / "run"
+    with FakeServer(latency=0.25) as server:
+        models = write_model_dir(tmp_path / "models", "slow", server.base_url, concurrency=4)
+        args = [f"hydra.searchpath=[file://{models}]", "models=[slow]", f"run_dir={run_dir}",
+                "flush_every_s=0.5", "rows_per_task=4", *_dataset_overrides(csv)]
+        proc = start_job("jobs.generate", *args, log_path=tmp_path / "first.log")
+        deadline = time.monotonic() + 180
+        written: pd.DataFrame | None = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            parts = list((run_dir / "responses").glob("part-*.parquet"))
+            if parts:
+                written = pd.read_parquet(run_dir / "responses")
+                if len(written) >= 20:
+                    break
+            time.sleep(0.2)
+        kill_group(proc)
+        assert written is not None and 20 <= len(written) < 160, (tmp_path / "first.log").read_text()[-3000:]
+        first_keys = set(pd.read_parquet(run_dir / "responses")["context_id"])
+        sent_before = len(server.log_lines())
+
+        second = run_job("jobs.generate", *args)
+        assert f"{len(first_keys)} already written, {160 - len(first_keys)} to send" in second.stdout
+        log = server.log_lines()
+
+    df = pd.read_parquet(run_dir / "responses")
+    assert len(df) == 160 and df["context_id"].is_unique and (df["status"] == "ok").all()
+    resent = [r for r in log[sent_before:] if r.get("request_key", "").split("|")[0] in first_keys]
+    assert resent == [], f"{len(resent)} calls re-sent for rows already written"
