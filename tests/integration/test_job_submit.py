@@ -1,0 +1,67 @@
+"""`ray job submit`: a local head node, the generate job shipped with --working-dir, its Parquet checked."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT, job_env
+
+pytestmark = pytest.mark.integration
+RAY = str(Path(sys.executable).parent / "ray")
+
+
+def _env() -> dict[str, str]:
+    """Ray 2.60 clusters require token auth: one token shared by `ray start` and `ray job submit`."""
+    env = job_env()
+    env["RAY_AUTH_MODE"] = "token"
+    env["RAY_AUTH_TOKEN"] = _TOKEN
+    return env
+
+
+_TOKEN = __import__("secrets").token_hex(32)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def head_node():
+    import tempfile
+
+    # Ray's socket paths must stay under 107 bytes: pytest's tmp_path is too deep for them.
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    gcs, dash = _free_port(), _free_port()
+    env = _env()
+    subprocess.run([RAY, "start", "--head", f"--port={gcs}", "--num-cpus=4", "--include-dashboard=true",
+                    "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", "--disable-usage-stats",
+                    f"--temp-dir={temp_dir}"],
+                   check=True, env=env, capture_output=True, timeout=180)
+    try:
+        yield f"http://127.0.0.1:{dash}"
+    finally:
+        subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+def test_generate_job_via_ray_job_submit(head_node, tmp_path):
+    run_dir = tmp_path / "run"
+    excludes = [".venv", ".git", "runs", "outputs", "docs", "tests", "k8s"]
+    cmd = [RAY, "job", "submit", f"--address={head_node}", f"--working-dir={ROOT}",
+           f"--runtime-env-json={json.dumps({'excludes': excludes})}", "--",
+           "python", "-m", "jobs.generate", f"run_dir={run_dir}", "dataset.limit=2",
+           "generation.max_tokens=16", "serving.port=8125", "cluster=auto"]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "succeeded" in proc.stdout
+    assert "joined Ray cluster" in proc.stdout
+    df = pd.read_parquet(run_dir / "responses")
+    assert len(df) == 2 and (df["status"] == "ok").all() and df["response"].str.len().gt(0).all()
