@@ -153,23 +153,20 @@ def load_model(name: str, search_dirs: list[Path]) -> ModelConfig:
 
 
 def hydra_search_dirs() -> list[Path]:
-    """Config folders on Hydra's search path (user searchpath entries first, as Hydra orders)."""
+    """Config folders that may hold `model/*.yaml`: user searchpath entries first, then `conf/`.
+
+    Hydra lists its own package, the primary config dir, then `hydra.searchpath` entries; a
+    user's folder must win so that it can shadow a bundled model file of the same name.
+    """
     from hydra.core.hydra_config import HydraConfig
 
-    dirs: list[Path] = []
+    user: list[Path] = []
+    main: list[Path] = []
     for src in HydraConfig.get().runtime.config_sources:
-        if src.schema == "file":
-            dirs.append(Path(src.path))
-        elif src.schema == "pkg":
-            import importlib.resources
-
-            try:
-                dirs.append(Path(str(importlib.resources.files(src.path.replace("/", ".")))))
-            except (ModuleNotFoundError, TypeError):
-                continue
-    # Hydra lists the primary config dir first; extra searchpath dirs must win over it so a
-    # user's folder can shadow a bundled model file.
-    return dirs[1:] + dirs[:1] if len(dirs) > 1 else dirs
+        if src.schema != "file":
+            continue  # hydra's own package and structured configs have no model/ folder
+        (user if src.provider.startswith("hydra.searchpath") else main).append(Path(src.path))
+    return user + main
 
 
 def _explain(exc: ValidationError) -> str:

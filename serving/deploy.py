@@ -128,10 +128,50 @@ def _ensure_vllm(models: list[ModelConfig], running: dict[str, str]) -> None:
     from serving.vllm_app import build_vllm_app
 
     if VLLM_APP in running:
-        # Redeploying with a different model set would restart every replica; refuse loudly.
-        import json
-        import urllib.request  # noqa: F401 - kept near its use
-
-        log.info("vLLM app already running; models must already be part of it")
+        # Redeploying with another model set would restart every replica of every model; the
+        # readiness check that follows reports any model the running app does not serve.
+        log.info("vLLM app already running; reusing it")
         return
     serve.run(build_vllm_app(models), name=VLLM_APP, route_prefix=f"/{VLLM_APP}", blocking=False)
+
+
+def _main() -> None:
+    """`python -m serving.deploy models=[...]`: deploy (idempotently), print endpoints, keep up."""
+    import os
+    import sys
+    import time as _time
+
+    import hydra
+    from omegaconf import OmegaConf
+
+    @hydra.main(version_base="1.3", config_path="../conf", config_name="deploy")
+    def main(raw) -> None:
+        from cluster.config import ClusterConfig
+        from cluster.connect import connect
+        from jobs.config import ConfigError, hydra_search_dirs, load_model
+
+        data = OmegaConf.to_container(raw, resolve=True)
+        try:
+            cluster = ClusterConfig(**data["cluster"])
+            serving = ServingConfig(**data["serving"])
+            models = [load_model(n, hydra_search_dirs()) for n in data["models"]]
+        except (ConfigError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
+        print(connect(cluster), flush=True)
+        for name, ep in ensure(models, serving).items():
+            print(f"{name}: {ep.base_url}  (model id {ep.model.served_model_id!r})", flush=True)
+        embedded = not (cluster.address or os.environ.get("RAY_ADDRESS"))
+        if data.get("block") is True or (data.get("block") == "auto" and embedded):
+            print("serving; Ctrl-C to stop", flush=True)
+            try:
+                while True:
+                    _time.sleep(3600)
+            except KeyboardInterrupt:
+                pass
+
+    main()
+
+
+if __name__ == "__main__":
+    _main()

@@ -209,13 +209,6 @@ def test_hydra_searchpath_adds_model_files(tmp_path):
     assert not list((tmp_path / "run" / "responses").glob("part-*.parquet"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug in jobs/config.py hydra_search_dirs(): Hydra's config_sources are "
-    "[pkg://hydra.conf, main conf/, searchpath dirs..., structured://]; rotating the first entry "
-    "to the end leaves conf/ ahead of the user's searchpath dirs, so a bundled model file "
-    "cannot be shadowed",
-)
 def test_hydra_searchpath_shadows_a_bundled_model(tmp_path):
     """A user's searchpath folder wins over conf/ for a model of the same name (config.py says so)."""
     sp = write_model_dir(tmp_path / "sp", "gpt-4o", FAKE_URL, concurrency=3)
