@@ -43,6 +43,28 @@ def plan_rows(contexts: pd.DataFrame, models: list[str], done: set[tuple[str, ..
     return pd.DataFrame(rows, columns=["context_id", "context", "model"])
 
 
+def plan_text(models: list, todo: pd.DataFrame, overrides: dict) -> str:
+    """What a run would do: calls and token budget per model, and what it asks the cluster for."""
+    lines = [f"  {'model':<30} {'calls':>7} {'max out tokens':>15} {'in flight':>9}  hosting"]
+    gpus: dict[str, int] = {}
+    for m in models:
+        n = int((todo["model"] == m.name).sum())
+        params = m.generation.merged(overrides)
+        if m.provider == "serve":
+            r = m.resources
+            per = r.tensor_parallel_size * r.pipeline_parallel_size
+            where = (f"Serve/{m.engine}: {r.min_replicas}-{r.max_replicas} replica(s) x {per} "
+                     f"{r.accelerator_type or 'CPU'}" + ("" if r.accelerator_type else f" ({r.num_cpus:g} CPU)"))
+            if r.accelerator_type:
+                gpus[r.accelerator_type] = gpus.get(r.accelerator_type, 0) + per * max(1, r.min_replicas)
+        else:
+            where = f"external API {m.base_url} (key from ${m.api_key_env})"
+        lines.append(f"  {m.name:<30} {n:>7} {n * params.max_tokens:>15,} {m.concurrency:>9}  {where}")
+    if gpus:
+        lines.append("  GPUs at minimum scale: " + ", ".join(f"{v} x {k}" for k, v in gpus.items()))
+    return "\n".join(lines)
+
+
 def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
     models = [load_model(name, search_dirs) for name in cfg.models]
     contexts, report = read_contexts(cfg.dataset)
@@ -65,12 +87,7 @@ def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
     print(f"run {run_dir}: {total} (context, model) pairs, {total - len(todo)} already written, "
           f"{len(todo)} to send", flush=True)
     if cfg.dry_run:
-        for m in models:
-            n = int((todo["model"] == m.name).sum())
-            params = m.generation.merged(cfg.generation)
-            print(f"  {m.name:<32} {n:>7} calls  <= {n * params.max_tokens:>10} output tokens  "
-                  f"concurrency {m.concurrency}  ({m.provider}/{m.engine or m.locality}, "
-                  f"TP {m.resources.tensor_parallel_size} x {m.resources.accelerator_type or 'CPU'})")
+        print(plan_text(models, todo, cfg.generation), flush=True)
         return 0
     if todo.empty:
         return 0
