@@ -67,4 +67,57 @@ RESPONSES = Table(
     ),
 )
 
-TABLES = {t.name: t for t in (RESPONSES,)}
+# MentalBench-10's seven attributes (1-5 Likert) and their two aggregates. conf/rubric/
+# mentalbench.yaml holds their anchors; a test checks that both name the same attributes.
+CSS_ATTRIBUTES = ("Guidance", "Informativeness", "Relevance", "Safety")
+ARS_ATTRIBUTES = ("Empathy", "Helpfulness", "Understanding")
+MENTALBENCH_ATTRIBUTES = CSS_ATTRIBUTES + ARS_ATTRIBUTES
+HUMAN_RESPONDER = "human"  # the human reference answer, treated as one more responder
+
+CONTEXTS = Table(
+    name="contexts",
+    key=("context_id",),
+    schema=pa.schema(
+        [
+            pa.field("context_id", pa.string(), nullable=False),
+            pa.field("source", pa.string(), nullable=False),
+            pa.field("source_id", pa.string()),
+            pa.field("context", pa.string(), nullable=False),
+            pa.field("human_response", pa.string()),
+            pa.field("context_words", pa.int64()),
+            pa.field("response_words", pa.int64()),
+            pa.field("labels", pa.list_(pa.string())),
+            pa.field("labeler", pa.string()),
+            pa.field("split", pa.string()),
+            *_CALL_FIELDS,
+            pa.field("run_id", pa.string()),
+            pa.field("created_at", pa.timestamp("us", tz="UTC")),
+        ]
+    ),
+)
+
+JUDGMENTS = Table(
+    name="judgments",
+    key=("context_id", "responder", "judge"),
+    schema=pa.schema(
+        [
+            pa.field("context_id", pa.string(), nullable=False),
+            pa.field("responder", pa.string(), nullable=False),
+            pa.field("judge", pa.string(), nullable=False),
+            pa.field("judge_type", pa.string()),  # "llm" or "human"
+            pa.field("rubric_version", pa.string()),
+            *[pa.field(a, pa.float64()) for a in MENTALBENCH_ATTRIBUTES],
+            pa.field("overall", pa.float64()),
+            pa.field("css", pa.float64()),
+            pa.field("ars", pa.float64()),
+            pa.field("explanation", pa.string()),
+            pa.field("raw", pa.string()),
+            *_CALL_FIELDS,
+            *_GENERATION_FIELDS,
+            pa.field("run_id", pa.string()),
+            pa.field("created_at", pa.timestamp("us", tz="UTC")),
+        ]
+    ),
+)
+
+TABLES = {t.name: t for t in (RESPONSES, CONTEXTS, JUDGMENTS)}
