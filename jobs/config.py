@@ -112,16 +112,36 @@ class GenerateConfig(BaseModel):
     )
     cluster: ClusterConfig
     serving: ServingConfig
+    # --- judging (jobs.judge) -----------------------------------------------------------------
+    judges: list[str] = Field(default_factory=list, description="Judge model file names.")
+    rubric: str = Field("mentalbench", description="Rubric file in conf/rubric/ (without .yaml).")
+    judge_generation: dict[str, Any] = Field(
+        default_factory=dict, description="Overrides of each judge's sampling parameters."
+    )
+    responders: list[str] | None = Field(
+        None, description="Responders to judge (None: every responder in the responses table)."
+    )
+    max_repairs: int = Field(
+        1, ge=0, le=3, description="Repair requests when a judge's answer cannot be parsed."
+    )
+    ratings: dict[str, Any] | None = Field(
+        None, description="Human expert ratings to import (jobs.import_ratings config), or None."
+    )
+    # --- running ----------------------------------------------------------------------------
     rows_per_task: int = Field(
         32, ge=1, description="Rows per Ray Data block: the unit of work and of output flushing."
     )
     flush_every_s: float = Field(2.0, gt=0, description="Write finished rows at least this often.")
+    include_human: bool = Field(
+        False,
+        description="Also write the dataset's human answer as responder 'human' (MentalBench-10).",
+    )
     retry_failed: bool = Field(
         True, description="On resume, send again the rows an earlier run wrote as failed."
     )
     dry_run: bool = Field(False, description="Print the plan and exit without calling models.")
 
-    @field_validator("generation")
+    @field_validator("generation", "judge_generation")
     @classmethod
     def _known_generation_keys(cls, v: dict[str, Any]) -> dict[str, Any]:
         GenerationParams().merged(v)  # raises on bad values

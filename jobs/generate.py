@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from jobs.config import ConfigError, GenerateConfig, hydra_search_dirs, load_model, validate
 from jobs.inputs import read_contexts
-from jobs.schemas import RESPONSES
+from jobs.schemas import HUMAN_RESPONDER, RESPONSES, STATUS_ERROR, STATUS_OK
 from jobs.store import TableStore
 from serving.governance import DataGovernanceError, check_all
 
@@ -65,6 +65,33 @@ def plan_text(models: list, todo: pd.DataFrame, overrides: dict) -> str:
     return "\n".join(lines)
 
 
+def write_human_rows(store: TableStore, contexts: pd.DataFrame, done: set, cfg: GenerateConfig,
+                     run_id: str) -> int:
+    """The human reference answer as one more responder, so every later table treats it alike.
+
+    A context without a human answer gets an `error` row saying so (not a missing row).
+    """
+    from datetime import datetime, timezone
+
+    rows = []
+    now = datetime.now(timezone.utc)
+    for cid, human in zip(contexts["context_id"], contexts["human_response"]):
+        if (cid, HUMAN_RESPONDER) in done:
+            continue
+        has = isinstance(human, str) and bool(human.strip())
+        rows.append({
+            "context_id": cid, "model": HUMAN_RESPONDER, "model_display": "Human (reference)",
+            "dataset": cfg.dataset.name, "prompt_version": "human-reference",
+            "response": human.strip() if has else None,
+            "status": STATUS_OK if has else STATUS_ERROR,
+            "error": None if has else f"dataset {cfg.dataset.name!r} has no human response for this context "
+                                      f"(columns.human_response={cfg.dataset.columns.human_response!r})",
+            "attempts": 0, "run_id": run_id, "created_at": now,
+        })
+    store.append(rows)
+    return len(rows)
+
+
 def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
     models = [load_model(name, search_dirs) for name in cfg.models]
     contexts, report = read_contexts(cfg.dataset)
@@ -82,6 +109,10 @@ def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
         if dropped:
             print(f"resume: {dropped} failed row(s) from an earlier run will be sent again", flush=True)
     done = store.existing_keys()
+    if cfg.include_human and not cfg.dry_run:
+        added = write_human_rows(store, contexts, done, cfg, run_dir.name)
+        if added:
+            print(f"human reference: {added} row(s) written as responder {HUMAN_RESPONDER!r}", flush=True)
     todo = plan_rows(contexts, cfg.models, done)
     total = len(contexts) * len(models)
     print(f"run {run_dir}: {total} (context, model) pairs, {total - len(todo)} already written, "

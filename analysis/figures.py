@@ -1,0 +1,119 @@
+"""Figures as PNG files. Uses `matplotlib.figure.Figure` directly (the Agg canvas), never
+pyplot, so nothing depends on a display or on global figure state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.columns import AVERAGE_LABEL, HUMAN_LABEL, N
+from analysis.rouge import ROUGE_L
+from analysis.tables import RANK_SUFFIX
+
+DPI = 110
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    return path
+
+
+def _score_columns(overall: pd.DataFrame) -> list[str]:
+    return [c for c in overall.columns if not c.endswith(RANK_SUFFIX) and overall[c].notna().any()]
+
+
+def overall_by_responder(overall: pd.DataFrame, path: Path) -> Path:
+    """Grouped horizontal bars: each responder's mean score per judge, average and humans."""
+    cols = _score_columns(overall)
+    resp = list(overall.index)[::-1]
+    fig = Figure(figsize=(10, 0.55 * len(resp) * max(1, len(cols)) / 3 + 2))
+    ax = fig.add_subplot()
+    h = 0.8 / max(1, len(cols))
+    y = np.arange(len(resp))
+    for k, col in enumerate(cols):
+        style = {"edgecolor": "black", "linewidth": 1.2} if col in (AVERAGE_LABEL, HUMAN_LABEL) else {}
+        ax.barh(y + (k - (len(cols) - 1) / 2) * h, overall[col].reindex(resp), height=h, label=col, **style)
+    ax.set_yticks(y, resp)
+    lo = np.nanmin(overall[cols].to_numpy(dtype=float)) if cols else 1
+    ax.set_xlim(max(0.0, np.floor(lo * 2) / 2 - 0.5), 5.05)
+    ax.set_xlabel("mean score (1-5)")
+    ax.set_title("Overall score by responder and rater")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+def af_heatmap(af: pd.DataFrame, path: Path) -> Path:
+    """Judge x attribute heatmap of the Alignment Factor (lower = closer to the humans)."""
+    t = af.drop(columns=[N], errors="ignore")
+    fig = Figure(figsize=(1.1 * t.shape[1] + 3, 0.6 * t.shape[0] + 2))
+    ax = fig.add_subplot()
+    im = ax.imshow(t.to_numpy(dtype=float), cmap="viridis_r", aspect="auto")
+    ax.set_xticks(range(t.shape[1]), t.columns, rotation=30, ha="right")
+    ax.set_yticks(range(t.shape[0]), t.index)
+    vals = t.to_numpy(dtype=float)
+    mid = np.nanmean(vals) if np.isfinite(vals).any() else 0
+    for (r, c), v in np.ndenumerate(vals):
+        if np.isfinite(v):
+            ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=9,
+                    color="white" if v > mid else "black")
+    fig.colorbar(im, ax=ax, label="mean |judge - human|")
+    ax.set_title("Alignment Factor by judge and attribute")
+    return _save(fig, path)
+
+
+def rouge_bars(rouge: pd.DataFrame, path: Path) -> Path:
+    """Figure 1 style: mean ROUGE-L F1 against the human reference per responder."""
+    t = rouge.sort_values(ROUGE_L, ascending=False)
+    fig = Figure(figsize=(9, 4.5))
+    ax = fig.add_subplot()
+    ax.bar(range(len(t)), t[ROUGE_L], yerr=t["sd"] if "sd" in t else None, capsize=3, color="#4c72b0")
+    ax.set_xticks(range(len(t)), t.index, rotation=35, ha="right")
+    ax.set_ylabel("ROUGE-L F1 vs human reference")
+    ax.set_title("ROUGE-L of each responder against the human response")
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def bias_bars(bias: pd.DataFrame, path: Path) -> Path:
+    """Signed bias (judge - human) per judge, grouped by attribute."""
+    t = bias.drop(columns=[N], errors="ignore")
+    fig = Figure(figsize=(11, 4.8))
+    ax = fig.add_subplot()
+    w = 0.8 / max(1, t.shape[0])
+    x = np.arange(t.shape[1])
+    for k, judge in enumerate(t.index):
+        ax.bar(x + (k - (t.shape[0] - 1) / 2) * w, t.loc[judge], width=w, label=judge)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(x, t.columns, rotation=30, ha="right")
+    ax.set_ylabel("mean (judge - human)")
+    ax.set_title("Signed bias of each LLM judge against the human experts (> 0: more lenient)")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def judge_vs_human(overall: pd.DataFrame, judges: list[str], path: Path) -> Path:
+    """Per responder: each judge's mean score against the human experts' mean, with y = x."""
+    fig = Figure(figsize=(6.5, 6))
+    ax = fig.add_subplot()
+    human = overall[HUMAN_LABEL]
+    for judge in [*judges, AVERAGE_LABEL]:
+        marker = "*" if judge == AVERAGE_LABEL else "o"
+        ax.scatter(human, overall[judge], label=judge, marker=marker, s=90 if marker == "*" else 35)
+    vals = overall[[HUMAN_LABEL, *judges]].to_numpy(dtype=float)
+    lo, hi = np.nanmin(vals) - 0.1, np.nanmax(vals) + 0.1
+    ax.plot([lo, hi], [lo, hi], color="grey", linestyle="--", linewidth=1, label="y = x")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("human experts' mean score")
+    ax.set_ylabel("LLM judge's mean score")
+    ax.set_title("Judge vs human, one point per responder")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)

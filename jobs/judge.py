@@ -1,0 +1,188 @@
+"""`python -m jobs.judge`: a panel of LLM judges scores every response on the rubric -> `judgments`.
+
+    python -m jobs.judge run_dir=RUN_DIR                      # judges and rubric from the config
+    python -m jobs.judge run_dir=RUN_DIR judges=[gpt-4o,o4-mini] responders=[human,qwen3-4b]
+
+The method, as the code runs it (MentalBench-10, section "LLM-as-a-judge"):
+1. read the responses of the run (`RUN_DIR/responses/`, status ok, the human reference included)
+   and their contexts from the run's dataset;
+2. refuse before any request if restricted data would reach an external judge;
+3. for every (context, responder, judge) not yet judged: render the rubric's prompt, ask for JSON
+   constrained by the rubric's JSON schema, parse what comes back (fences, prose, strings and
+   floats are accepted); if it cannot be parsed, ask the judge to repair it, at most
+   `max_repairs` times;
+4. write one `judgments` row per triple: the seven scores, Overall, CSS, ARS, the explanation,
+   the raw answer, `status` (ok / parse_error / error) and attempts. Never an invented score.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import hydra
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from jobs.config import ConfigError, GenerateConfig, hydra_search_dirs, load_model, validate
+from jobs.inputs import read_contexts
+from jobs.schemas import JUDGMENTS, RESPONSES, STATUS_ERROR, STATUS_OK, STATUS_PARSE_ERROR
+from jobs.stage import ChatStage
+from jobs.store import TableStore
+from serving.governance import DataGovernanceError, check_all
+
+log = logging.getLogger("jobs.judge")
+
+
+class JudgeStage(ChatStage):
+    """One judgment per (context, responder, judge) row, with a bounded repair conversation."""
+
+    def __init__(self, endpoints, concurrency_share, sensitivity, rubric: str, overrides: dict,
+                 max_repairs: int, run_id: str):
+        super().__init__(endpoints, concurrency_share, sensitivity)
+        from jobs.rubric import load_rubric
+
+        self.table = JUDGMENTS
+        self.rubric = load_rubric(rubric)
+        self.response_format = self.rubric.json_schema()
+        self.max_repairs = max_repairs
+        self.run_id = run_id
+        self.params = {n: ep.model.generation.merged(overrides) for n, ep in self.client._endpoints.items()}
+
+    async def process_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        from jobs.judge_parse import parse_judgment, repair_prompt
+
+        judge = row["judge"]
+        params = self.params[judge]
+        messages = [{"role": "user", "content": self.rubric.render_prompt(row["context"], row["response"])}]
+        key = f"{row['context_id']}|{row['responder']}|{judge}"
+        attempts = 0
+        tokens = [0, 0]
+        latency = 0.0
+        raw: str | None = None
+        parsed = None
+        result = None
+        for round_ in range(self.max_repairs + 1):
+            result = await self.client.chat(judge, messages, params, response_format=self.response_format,
+                                            sensitivity=self.sensitivity, request_key=key)
+            attempts += result.attempts
+            latency += result.latency_s
+            tokens[0] += result.prompt_tokens or 0
+            tokens[1] += result.completion_tokens or 0
+            if not result.ok:
+                break
+            raw = result.content or ""
+            parsed = parse_judgment(raw, self.rubric)
+            if parsed.status == STATUS_OK or round_ == self.max_repairs:
+                break
+            messages = repair_prompt(raw, parsed.error, self.rubric, messages)
+
+        out: dict[str, Any] = {
+            "context_id": row["context_id"], "responder": row["responder"], "judge": judge,
+            "judge_type": "llm", "rubric_version": self.rubric.version, "raw": raw,
+            "attempts": attempts, "prompt_tokens": tokens[0], "completion_tokens": tokens[1],
+            "latency_s": latency, "finish_reason": result.finish_reason if result else None,
+            "temperature": params.temperature, "top_p": params.top_p, "max_tokens": params.max_tokens,
+            "seed": params.seed, "run_id": self.run_id, "created_at": datetime.now(timezone.utc),
+        }
+        if result is None or not result.ok:
+            out.update(status=STATUS_ERROR, error=result.error if result else "no call made")
+            return out
+        out.update(parsed.scores)
+        out.update(self.rubric.aggregate(parsed.scores))
+        if parsed.overall is not None:
+            out["overall"] = parsed.overall  # the judge's own Overall, as the paper reports it
+        out.update(explanation=parsed.explanation, status=parsed.status,
+                   error=parsed.error if parsed.status != STATUS_OK else None)
+        return out
+
+
+def plan_judgments(responses: pd.DataFrame, contexts: pd.DataFrame, judges: list[str],
+                   responders: list[str] | None, done: set) -> tuple[pd.DataFrame, int]:
+    """(context, responder, judge) rows still to judge; also how many responses were unusable."""
+    ok = responses[responses["status"] == STATUS_OK]
+    if responders is not None:
+        ok = ok[ok["model"].isin(responders)]
+    merged = ok.merge(contexts[["context_id", "context"]], on="context_id", how="left")
+    missing_ctx = int(merged["context"].isna().sum())
+    merged = merged[merged["context"].notna()]
+    rows = [
+        {"context_id": c, "responder": m, "judge": j, "context": ctx, "response": resp}
+        for c, m, ctx, resp in zip(merged["context_id"], merged["model"], merged["context"], merged["response"])
+        for j in judges
+        if (c, m, j) not in done
+    ]
+    return pd.DataFrame(rows, columns=["context_id", "responder", "judge", "context", "response"]), missing_ctx
+
+
+def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
+    if not cfg.judges:
+        raise ConfigError("no judges: set judges=[model,...] (model files in conf/model/)")
+    from jobs.rubric import load_rubric
+
+    load_rubric(cfg.rubric)  # fail early on a bad rubric file
+    judges = [load_model(name, search_dirs) for name in cfg.judges]
+    run_dir = Path(cfg.run_dir)
+    responses = TableStore(run_dir, RESPONSES).read()
+    if responses.empty:
+        raise ConfigError(f"no responses in {run_dir / RESPONSES.name}: run jobs.generate on this run_dir first")
+    contexts, _ = read_contexts(cfg.dataset)
+    check_all(judges, cfg.dataset.sensitivity, cfg.dataset.name)
+
+    store = TableStore(run_dir, JUDGMENTS, writer=True)
+    if cfg.retry_failed and not cfg.dry_run:
+        dropped = store.drop_failed()
+        if dropped:
+            print(f"resume: {dropped} judgment(s) that failed or did not parse will be asked again", flush=True)
+    done = store.existing_keys()
+    todo, missing_ctx = plan_judgments(responses, contexts, cfg.judges, cfg.responders, done)
+    if missing_ctx:
+        print(f"warning: {missing_ctx} response(s) whose context is not in dataset {cfg.dataset.name!r} "
+              "were not judged", file=sys.stderr)
+    print(f"judge {run_dir}: {len(todo)} judgment(s) to request from {len(judges)} judge(s), "
+          f"{len(done)} already written", flush=True)
+    if cfg.dry_run or todo.empty:
+        return 0
+
+    from cluster.connect import connect
+    from jobs.runner import run_stage
+    from jobs.stage import endpoints_to_spec
+    from serving.deploy import ensure
+
+    print(connect(cfg.cluster), flush=True)
+    endpoints = ensure(judges, cfg.serving)
+    workers = cfg.cluster.stage_workers
+    counts = run_stage(
+        todo, JudgeStage,
+        dict(endpoints=endpoints_to_spec(endpoints), concurrency_share=1.0 / workers,
+             sensitivity=cfg.dataset.sensitivity, rubric=cfg.rubric, overrides=cfg.judge_generation,
+             max_repairs=cfg.max_repairs, run_id=run_dir.name),
+        store, workers=workers, worker_num_cpus=cfg.cluster.stage_num_cpus,
+        rows_in_flight=sum(j.concurrency for j in judges), rows_per_task=cfg.rows_per_task,
+        flush_every_s=cfg.flush_every_s, desc="judge",
+    )
+    table = store.read()
+    by_status = table["status"].value_counts().to_dict()
+    print(f"done: {counts['ok']} ok, {counts['failed']} not ok in this run; judgments by status: "
+          f"{by_status}; in {store.dir}", flush=True)
+    return 0
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="judge")
+def main(raw: DictConfig) -> None:
+    try:
+        data = OmegaConf.to_container(raw, resolve=True)
+        data["run_dir"] = str(Path(data["run_dir"]).resolve())
+        cfg = validate(data, GenerateConfig, "judge config")
+        code = run(cfg, hydra_search_dirs())
+    except (ConfigError, DataGovernanceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        code = 2
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
