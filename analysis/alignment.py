@@ -11,8 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.columns import (
-    ATTRIBUTE, AVERAGE_LABEL, CONTEXT_ID, HUMAN_SCORE, JUDGE, N, OVERALL_LABEL, RESPONDER,
-    SCORE, VALUE,
+    ATTRIBUTE, AVERAGE_LABEL, CONTEXT_ID, HUMAN_SCORE, JUDGE, N, RESPONDER, VALUE,
 )
 from analysis.data import human_pairs, llm_judges, llm_rows, prepare_judgments
 from jobs.schemas import MENTALBENCH_ATTRIBUTES
@@ -81,14 +80,10 @@ def alignment_by_responder_summary(judgments: pd.DataFrame) -> pd.DataFrame:
 def signed_bias(judgments: pd.DataFrame) -> pd.DataFrame:
     """Mean of judge - human per LLM judge and attribute (> 0: the judge is more lenient).
 
-    Columns: the seven attributes, `Average` (pooled over attributes), `Overall` (the bias of
-    the rating's overall score, as defined by `prepare_judgments`) and `n` (attribute pairs).
+    Columns: the seven attributes, `Average` (pooled over attributes) and `n` (attribute pairs).
     """
     j = prepare_judgments(judgments)
     out = _per_attribute(paired_scores(j), JUDGE, lambda s: s)
-    overall = paired_scores(j, attributes=(SCORE,))
-    out.insert(len(out.columns) - 1, OVERALL_LABEL,
-               (overall[VALUE] - overall[HUMAN_SCORE]).groupby(overall[JUDGE]).mean())
     out = out.reindex([jd for jd in llm_judges(j) if jd in out.index])
     out.index.name = JUDGE
     return out

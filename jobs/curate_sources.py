@@ -215,7 +215,7 @@ _TAG_NAMES = (
 _BLOCK_TAG = re.compile(r"<\s*/?\s*(?:br|p|div|li|h[1-6]|hr|blockquote|tr)\b[^<>]*>", re.I)
 _TAG = re.compile(rf"<!--.*?-->|<\s*/?\s*(?:{_TAG_NAMES})\b[^<>]*>", re.I | re.S)
 _ENTITY = re.compile(r"&(?:#\d+|#x[0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);")
-_QUOTES = {'"': '"', "\u201c": "\u201d", "'": "'"}
+_QUOTES = {'"': '"', "\u201c": "\u201d"}
 
 
 def unescape_entities(text: str) -> str:
@@ -232,7 +232,10 @@ def strip_tags(text: str) -> str:
 def strip_wrapping_quotes(text: str) -> str:
     t = text.strip()
     if len(t) >= 2 and t[0] in _QUOTES and t[-1] == _QUOTES[t[0]]:
-        return t[1:-1].strip()
+        inner = t[1:-1]
+        # '"He said" and "she said"' starts and ends with quotes that are not one pair.
+        if t[0] not in inner and t[-1] not in inner:
+            return inner.strip()
     return text
 
 
