@@ -21,7 +21,7 @@ from analysis.report import build_report
 from analysis.rouge import (
     reference_texts, rouge_by_responder, rouge_correlation, rouge_l_scores,
 )
-from analysis.stats import holm, paired_ttests, significance_summary
+from analysis.stats import holm, paired_ttests, significance_summary, summarize_ttests
 from analysis.tables import attribute_table, attribute_tables, css_ars_table, overall_table
 
 __all__ = [
@@ -34,7 +34,7 @@ __all__ = [
     "paired_scores", "alignment_factor", "alignment_by_responder", "alignment_by_responder_summary",
     "signed_bias",
     # significance
-    "holm", "paired_ttests", "significance_summary",
+    "holm", "paired_ttests", "significance_summary", "summarize_ttests",
     # ROUGE-L (Figure 1)
     "reference_texts", "rouge_l_scores", "rouge_by_responder", "rouge_correlation",
     # beyond the paper

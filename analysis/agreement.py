@@ -70,13 +70,17 @@ def krippendorff_table(judgments: pd.DataFrame) -> pd.DataFrame:
     llm = llm_rows(j)
     hum = human_pairs(j)
     judges = llm_judges(j)
-    items = pd.MultiIndex.from_frame(pd.concat([llm[_KEYS], hum[_KEYS]]).drop_duplicates().sort_values(_KEYS))
+    attrs = list(MENTALBENCH_ATTRIBUTES)
+    # One wide frame per source (items x (attribute, judge)) rather than a pivot per attribute.
+    llm_w = llm.groupby([*_KEYS, JUDGE])[attrs].mean().unstack(JUDGE)
+    hum_w = hum.set_index(_KEYS)[attrs]
+    items = llm_w.index.union(hum_w.index)
+    llm_w, hum_w = llm_w.reindex(items), hum_w.reindex(items)
     rows = []
-    for attr in MENTALBENCH_ATTRIBUTES:
-        wide = llm.pivot_table(index=_KEYS, columns=JUDGE, values=attr, aggfunc="mean").reindex(items)
-        llm_matrix = wide.reindex(columns=judges).to_numpy(dtype=float).T
-        human_row = hum.set_index(_KEYS)[attr].reindex(items).to_numpy(dtype=float)[None, :]
-        with_h = np.vstack([llm_matrix, human_row]) if len(hum) else llm_matrix[:0]
+    for attr in attrs:
+        llm_matrix = (llm_w[attr].reindex(columns=judges).to_numpy(dtype=float).T if judges
+                      else np.empty((0, len(items))))
+        with_h = np.vstack([llm_matrix, hum_w[attr].to_numpy(dtype=float)[None, :]]) if len(hum) else llm_matrix[:0]
         rows.append({
             "attribute": attr,
             "alpha (LLM judges)": _alpha(llm_matrix) if len(judges) >= 2 else np.nan,
@@ -131,7 +135,8 @@ def self_family_preference(judgments: pd.DataFrame, families: dict[str, str]) ->
                 res = stats.ttest_rel(per_ctx[True], per_ctx[False])
                 row["t"], row["p"] = float(res.statistic), float(res.pvalue)
         rows.append(row)
-    out = pd.DataFrame(rows).set_index("judge")
+    columns = ["judge", "family", "own responders", N, "gap_own", "gap_other", "self_preference", "t", "p"]
+    out = pd.DataFrame(rows, columns=columns).set_index("judge")
     out["p_holm"] = holm(out["p"].to_numpy()) if len(out) else []
     return out
 

@@ -14,6 +14,12 @@ from analysis.rouge import ROUGE_L
 from analysis.tables import RANK_SUFFIX
 
 DPI = 110
+HUMAN_COLOR = "#d62728"  # matplotlib's C3, kept for the human experts in every figure
+
+
+def judge_color(k: int) -> str:
+    """The k-th LLM judge's color: the default cycle without red."""
+    return f"C{k if k < 3 else k + 1}"
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -28,23 +34,26 @@ def _score_columns(overall: pd.DataFrame) -> list[str]:
 
 
 def overall_by_responder(overall: pd.DataFrame, path: Path) -> Path:
-    """Grouped horizontal bars: each responder's mean score per judge, average and humans."""
+    """Dot plot: each responder's mean score per LLM judge (dots), their average (black star) and
+    the human experts (red diamond), best responder on top."""
     cols = _score_columns(overall)
     resp = list(overall.index)[::-1]
-    fig = Figure(figsize=(10, 0.55 * len(resp) * max(1, len(cols)) / 3 + 2))
+    fig = Figure(figsize=(10, 0.42 * len(resp) + 1.6))
     ax = fig.add_subplot()
-    h = 0.8 / max(1, len(cols))
     y = np.arange(len(resp))
-    for k, col in enumerate(cols):
-        style = {"edgecolor": "black", "linewidth": 1.2} if col in (AVERAGE_LABEL, HUMAN_LABEL) else {}
-        ax.barh(y + (k - (len(cols) - 1) / 2) * h, overall[col].reindex(resp), height=h, label=col, **style)
+    styles = {AVERAGE_LABEL: {"marker": "*", "s": 160, "color": "black", "zorder": 4},
+              HUMAN_LABEL: {"marker": "D", "s": 60, "color": HUMAN_COLOR, "zorder": 4}}
+    judges = [c for c in cols if c not in styles]
+    for k, col in enumerate([*judges, *[c for c in styles if c in cols]]):
+        style = styles.get(col, {"marker": "o", "s": 40, "alpha": 0.8, "color": judge_color(k)})
+        ax.scatter(overall[col].reindex(resp), y, label=col, **style)
     ax.set_yticks(y, resp)
-    lo = np.nanmin(overall[cols].to_numpy(dtype=float)) if cols else 1
-    ax.set_xlim(max(0.0, np.floor(lo * 2) / 2 - 0.5), 5.05)
-    ax.set_xlabel("mean score (1-5)")
+    vals = overall[cols].to_numpy(dtype=float) if cols else np.array([[1.0]])
+    ax.set_xlim(max(1.0, np.nanmin(vals) - 0.15), min(5.0, np.nanmax(vals) + 0.1) + 0.05)
+    ax.set_xlabel("mean overall score (1-5)")
     ax.set_title("Overall score by responder and rater")
-    ax.legend(loc="lower right", fontsize=8)
-    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="lower left", bbox_to_anchor=(1.01, 0.0), fontsize=8, frameon=False)
+    ax.grid(alpha=0.3)
     return _save(fig, path)
 
 
@@ -88,7 +97,7 @@ def bias_bars(bias: pd.DataFrame, path: Path) -> Path:
     w = 0.8 / max(1, t.shape[0])
     x = np.arange(t.shape[1])
     for k, judge in enumerate(t.index):
-        ax.bar(x + (k - (t.shape[0] - 1) / 2) * w, t.loc[judge], width=w, label=judge)
+        ax.bar(x + (k - (t.shape[0] - 1) / 2) * w, t.loc[judge], width=w, label=judge, color=judge_color(k))
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(x, t.columns, rotation=30, ha="right")
     ax.set_ylabel("mean (judge - human)")
@@ -100,20 +109,23 @@ def bias_bars(bias: pd.DataFrame, path: Path) -> Path:
 
 def judge_vs_human(overall: pd.DataFrame, judges: list[str], path: Path) -> Path:
     """Per responder: each judge's mean score against the human experts' mean, with y = x."""
-    fig = Figure(figsize=(6.5, 6))
+    fig = Figure(figsize=(8, 6.5))
     ax = fig.add_subplot()
     human = overall[HUMAN_LABEL]
-    for judge in [*judges, AVERAGE_LABEL]:
-        marker = "*" if judge == AVERAGE_LABEL else "o"
-        ax.scatter(human, overall[judge], label=judge, marker=marker, s=90 if marker == "*" else 35)
+    for k, judge in enumerate(judges):
+        ax.scatter(human, overall[judge], label=judge, s=35, alpha=0.8, color=judge_color(k))
+    ax.scatter(human, overall[AVERAGE_LABEL], label=AVERAGE_LABEL, marker="*", s=150, color="black", zorder=4)
+    for name, x, y in zip(overall.index, human, overall[AVERAGE_LABEL]):
+        if np.isfinite(x) and np.isfinite(y):
+            ax.annotate(name, (x, y), xytext=(6, -3), textcoords="offset points", fontsize=7)
     vals = overall[[HUMAN_LABEL, *judges]].to_numpy(dtype=float)
     lo, hi = np.nanmin(vals) - 0.1, np.nanmax(vals) + 0.1
     ax.plot([lo, hi], [lo, hi], color="grey", linestyle="--", linewidth=1, label="y = x")
-    ax.set_xlim(lo, hi)
+    ax.set_xlim(lo, hi + 0.25)
     ax.set_ylim(lo, hi)
     ax.set_xlabel("human experts' mean score")
     ax.set_ylabel("LLM judge's mean score")
     ax.set_title("Judge vs human, one point per responder")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
     return _save(fig, path)

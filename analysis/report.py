@@ -37,19 +37,21 @@ from analysis.render import to_html, write_table
 from analysis.rouge import (
     reference_texts, responder_aliases, rouge_by_responder, rouge_correlation, rouge_l_scores,
 )
-from analysis.stats import ALPHA, paired_ttests, significance_summary
+from analysis.stats import ALPHA, paired_ttests, summarize_ttests
 from analysis.tables import RANK_SUFFIX, attribute_table, css_ars_table, overall_table
-from jobs.schemas import CONTEXTS, RESPONSES, STATUS_ERROR, STATUS_OK, STATUS_PARSE_ERROR
+from jobs.schemas import CONTEXTS, HUMAN_RESPONDER, RESPONSES, STATUS_ERROR, STATUS_OK, STATUS_PARSE_ERROR
 from jobs.store import read_table
 
-MAX_ROUGE_CONTEXTS = 2000
+# rouge_score's pure-Python LCS takes ~30 ms per pair of long answers: 300 contexts x 9
+# responders (300-word answers) is a minute or two, and estimates each mean to a few thousandths.
+MAX_ROUGE_CONTEXTS = 300
 
 CSS_STYLE = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1250px;margin:2em auto;
  padding:0 1.5em;color:#222;line-height:1.45}
 h1{border-bottom:3px solid #4c72b0;padding-bottom:.3em} h2{margin-top:2.2em;border-bottom:1px solid #ccc}
 h3{margin-top:1.6em;color:#333}
-table{border-collapse:collapse;margin:1em 0 .4em;font-size:13px}
+table{border-collapse:collapse;margin:1em 0 .4em;font-size:13px;min-width:640px}
 caption{caption-side:top;text-align:left;font-weight:600;padding:.3em 0;color:#333}
 th,td{border:1px solid #d0d0d0;padding:3px 8px} thead th{background:#eef2f8} tbody th{text-align:left;
  background:#fafafa;font-weight:500} td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
@@ -112,7 +114,8 @@ class _Writer:
 
 
 HOW_TO_READ = (
-    "Every response was scored 1-5 on seven attributes by several LLM judges and by human experts. "
+    "Every response was scored 1-5 on seven attributes by several LLM judges and by human experts; "
+    "the responder <code>{human}</code> is the original human answer, judged like the models'. "
     "A rating's <b>overall score</b> is {score_def}. Higher scores are better; rank 1 is the best "
     "responder for that rater. <b>CSS</b> (cognitive support) averages Guidance, Informativeness, "
     "Relevance and Safety; <b>ARS</b> (affective resonance) averages Empathy, Helpfulness and "
@@ -224,10 +227,10 @@ def _significance(w: _Writer, j: pd.DataFrame, judges: list[str], has_human: boo
             f"the rating's overall score, or its mean over LLM judges for '{AVERAGE_LABEL}'). "
             f"p_holm: Holm's step-down correction over all pairs of the table; significant = p_holm < {ALPHA}. "
             f"Pairs with identical differences on every context have no t and are left out of the correction.")
-    w.table(sec, significance_summary(j, raters), "ttest_summary",
+    tests = {rater: paired_ttests(j, rater) for rater in raters}
+    w.table(sec, summarize_ttests(tests), "ttest_summary",
             "Pairs of responders that differ significantly, per rater (Holm-corrected)", note)
-    for rater in raters:
-        t = paired_ttests(j, rater)
+    for rater, t in tests.items():
         name = f"ttests_{slug(rater)}"
         if rater in (AVERAGE_LABEL, HUMAN_LABEL):
             w.table(sec, t, name, f"Paired t-tests between responders: {rater}",
@@ -255,9 +258,11 @@ def _rouge(w: _Writer, run_dir: Path, j: pd.DataFrame, max_contexts: int | None)
         return
     rt = rouge_by_responder(scores)
     n_ctx = scores[CONTEXT_ID].nunique()
+    sampled = max_contexts is not None and n_ctx >= max_contexts
     w.table(sec, rt, "rouge_l", "ROUGE-L F1 of each responder against the human reference",
-            f"{n_ctx} contexts" + (f" (a seeded random sample of at most {max_contexts})" if max_contexts else "")
-            + "; rouge_score, Porter stemming; sd = standard deviation over contexts.")
+            f"{n_ctx} contexts" + (" (a seeded random sample)" if sampled else "")
+            + "; ROUGE-L F1 from rouge_score with Porter stemming; n = responses scored; "
+            "sd = standard deviation over them.")
     w.figure(sec, figures.rouge_bars(rt, w.figures_dir / "rouge_l.png"),
              "Figure 1 style. Mean ROUGE-L F1 against the human reference per responder (error bars: sd).")
     if j.empty:
@@ -274,11 +279,14 @@ def _rouge(w: _Writer, run_dir: Path, j: pd.DataFrame, max_contexts: int | None)
 def _agreement(w: _Writer, j: pd.DataFrame, judges: list[str], has_human: bool,
                families: dict[str, str] | None) -> None:
     sec = w.section("agreement", "Beyond the paper: judge agreement, bias and self-preference")
-    w.table(sec, krippendorff_table(j), "krippendorff_alpha",
-            "Krippendorff's alpha (ordinal) per attribute",
-            "Items are (context, responder) pairs; an item counts when at least two raters scored it. "
-            "1 = perfect agreement, 0 = chance level. Empty when fewer than two raters or a single "
-            "observed value.")
+    if len(judges) + has_human >= 2:
+        w.table(sec, krippendorff_table(j), "krippendorff_alpha",
+                "Krippendorff's alpha (ordinal) per attribute",
+                "Items are (context, responder) pairs; an item counts when at least two raters scored it. "
+                "1 = perfect agreement, 0 = chance level. Empty when fewer than two raters or a single "
+                "observed value.")
+    else:
+        w.missing(sec, "Agreement needs at least two raters: Krippendorff's alpha is not available.")
     if has_human and judges:
         bias = signed_bias(j)
         w.table(sec, bias, "signed_bias", "Signed bias: mean (judge - human) per judge and attribute",
@@ -288,6 +296,10 @@ def _agreement(w: _Writer, j: pd.DataFrame, judges: list[str], has_human: bool,
                  "Figure. Signed bias of each judge against the human experts per attribute.")
     else:
         w.missing(sec, "Signed bias needs LLM-judge and human ratings.")
+    if len(judges) < 2:
+        w.missing(sec, "Self-family preference compares a judge with judges of other families: "
+                  "it needs at least two LLM judges and is not available.")
+        return
     if families is None:
         families = families_from_names([*judges, *j[RESPONDER].unique()])
     pref = self_family_preference(j, families)
@@ -338,7 +350,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
     header = (f'<p class="note">Generated {stamp} from <code>{html.escape(str(run_dir))}</code>; '
               f"tables as CSV and Markdown in <code>tables/</code>, figures in <code>figures/</code>.</p>"
               f'<div class="howto"><b>How to read this report.</b> '
-              + HOW_TO_READ.format(score_def="the mean of its seven attribute scores" if score == "attributes"
+              + HOW_TO_READ.format(human=html.escape(HUMAN_RESPONDER), score_def="the mean of its seven attribute scores" if score == "attributes"
                                    else "the LLM judge's own Overall field (for human experts, the mean of the seven attributes)")
               + "</div>")
     path = out / "report.html"

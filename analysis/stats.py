@@ -76,12 +76,18 @@ def paired_ttests(judgments: pd.DataFrame, rater: str = AVERAGE_LABEL, alpha: fl
     return out
 
 
+def summarize_ttests(tests: dict[str, pd.DataFrame], alpha: float = ALPHA) -> pd.DataFrame:
+    """Per rater (key of `tests`, values from `paired_ttests`): pairs, pairs with a t, and how
+    many differ before and after Holm's correction."""
+    rows = [{"rater": rater, "pairs": len(t), "tested": int(t["p"].notna().sum()),
+             "significant (raw p)": int((t["p"] < alpha).sum()),
+             "significant (Holm)": int((t["p_holm"] < alpha).sum())}
+            for rater, t in tests.items()]
+    return pd.DataFrame(rows, columns=["rater", "pairs", "tested", "significant (raw p)",
+                                       "significant (Holm)"]).set_index("rater")
+
+
 def significance_summary(judgments: pd.DataFrame, raters: list[str], alpha: float = ALPHA) -> pd.DataFrame:
-    """Per rater: pairs tested and how many differ after Holm's correction."""
-    rows = []
-    for rater in raters:
-        t = paired_ttests(judgments, rater, alpha)
-        rows.append({"rater": rater, "pairs": len(t), "tested": int(t["p"].notna().sum()),
-                     "significant (raw p)": int((t["p"] < alpha).sum()),
-                     "significant (Holm)": int(t["significant"].sum())})
-    return pd.DataFrame(rows).set_index("rater")
+    """`summarize_ttests` of `paired_ttests` for each rater."""
+    j = prepare_judgments(judgments)
+    return summarize_ttests({r: paired_ttests(j, r, alpha) for r in raters}, alpha)

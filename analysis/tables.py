@@ -24,9 +24,10 @@ def _rank(s: pd.Series) -> pd.Series:
 
 
 def responder_order(judgments: pd.DataFrame) -> list[str]:
-    """Responders by the LLM judges' average score, best first (then by name)."""
+    """Responders by the LLM judges' average score (Table 2's `Average`: the mean of the
+    judges' means), best first; responders no judge scored come last, by name."""
     j = prepare_judgments(judgments)
-    avg = rater_frame(j, AVERAGE_LABEL).groupby(RESPONDER)[SCORE].mean()
+    avg = llm_rows(j).groupby([RESPONDER, JUDGE])[SCORE].mean().groupby(level=RESPONDER).mean()
 
     def key(r: str) -> tuple:
         v = avg.get(r)

@@ -43,7 +43,7 @@ class DatasetConfig(BaseModel):
 
     name: str = Field(description="Dataset name recorded in outputs.")
     path: str = Field(description="CSV, JSONL or Parquet file; relative paths are from the repo root.")
-    format: Literal["auto", "csv", "jsonl", "parquet"] = "auto"
+    format: Literal["auto", "csv", "jsonl", "json", "parquet"] = "auto"
     columns: ColumnMapping
     sensitivity: Literal["public", "restricted"] = Field(
         description="`restricted` data is never sent to an external model."

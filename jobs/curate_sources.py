@@ -197,7 +197,9 @@ def load_source(src: SourceConfig, cache_dir: Path) -> tuple[pd.DataFrame, Input
     try:
         rows, report = read_contexts(ds)
     except ConfigError as exc:
-        raise ConfigError(f"source {src.name!r}: {exc}") from exc
+        hint = (f" In jobs.curate, map columns per source: 'sources=[{{dataset:{src.name},"
+                "columns:{context:COLUMN,human_response:COLUMN}}]'." if "no column" in str(exc) else "")
+        raise ConfigError(f"source {src.name!r}: {exc}{hint}") from exc
     if origin:
         report.file = origin
     rows = rows.rename(columns={"context_id": "source_id"})
@@ -212,8 +214,8 @@ _TAG_NAMES = (
     "a|abbr|b|blockquote|br|center|code|del|div|em|font|h[1-6]|hr|i|img|ins|li|ol|p|pre|s|small|"
     "span|strike|strong|sub|sup|table|tbody|td|th|thead|tr|u|ul"
 )
-_BLOCK_TAG = re.compile(r"<\s*/?\s*(?:br|p|div|li|h[1-6]|hr|blockquote|tr)\b[^<>]*>", re.I)
-_TAG = re.compile(rf"<!--.*?-->|<\s*/?\s*(?:{_TAG_NAMES})\b[^<>]*>", re.I | re.S)
+_BLOCK_TAG = re.compile(r"</?(?:br|p|div|li|h[1-6]|hr|blockquote|tr)\b[^<>]*>", re.I)
+_TAG = re.compile(rf"<!--.*?-->|</?(?:{_TAG_NAMES})\b[^<>]*>", re.I | re.S)
 _ENTITY = re.compile(r"&(?:#\d+|#x[0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);")
 _QUOTES = {'"': '"', "\u201c": "\u201d"}
 
@@ -381,6 +383,7 @@ class CurationReport:
 
     sources: list[SourceSummary]
     steps: list[FilterStep]
+    sensitivity: str = "public"  # `restricted` if any source is
     split: dict[str, Any] = field(default_factory=dict)
     labeling: dict[str, Any] = field(default_factory=dict)
 
@@ -412,6 +415,7 @@ class CurationReport:
             "sources": [asdict(s) for s in self.sources],
             "filters": [{**asdict(st), "total": st.total} for st in self.steps],
             "kept_total": sum(s.kept for s in self.sources),
+            "sensitivity": self.sensitivity,
             "split": self.split,
             "labeling": self.labeling,
         }

@@ -15,10 +15,12 @@ Decisions (each visible in the `ImportReport`):
   never coerced, and counted per attribute (`missing` / `non_numeric` / `out_of_range`); the row's
   status is `parse_error` and its `error` names each such attribute and value. Non-integers inside
   the scale (4.5) are kept as they are and counted (`non_integer`).
-- `overall`, `css`, `ars` are the rubric's aggregates (means; None when any member is missing), so
-  human and LLM rows are comparable. A rater's own reported overall (the CSV's `Overall`, blank for
-  humans) is not a JUDGMENTS column today: it stays in `raw` (the source row as JSON) and in the row
-  dict as `judge_overall`, which the table keeps once the schema has that column.
+- `css` and `ars` are the rubric's aggregates (means; None when any member is missing). `overall`
+  is the rater's OWN overall score as reported (the CSV's `Overall`; blank for the human experts,
+  who give none), the same meaning as in `jobs.judge` and `analysis.data.prepare_judgments`
+  (score="overall"); a reported overall that holds no in-range number ("X", "Excellent") is None
+  and counted (`overall_unusable`). The mean of the 7 is recomputed by the analysis. `raw` keeps
+  the source row as JSON.
 - Rows whose context or responder the run does not know (`known_contexts` / `known_responders`;
   None = do not check) are KEPT by default (`unknown: keep`) and reported (count + examples): the
   ratings are the external ground truth and a mapping fix should not require re-reading a dropped
@@ -113,6 +115,11 @@ class RatingsImportConfig(BaseModel):
         "keep", description="Rows with a context/responder the run does not know: keep (reported), skip, or fail."
     )
     run_id: str | None = Field(None, description="Recorded in every row (default: the run directory's name).")
+    check_run: bool = Field(
+        True,
+        description="CLI/pipeline: check contexts and responders against the run's contexts/responses "
+        "tables (where they have rows).",
+    )
 
     def resolved_path(self) -> Path:
         p = Path(self.path).expanduser()
@@ -339,8 +346,8 @@ def ratings_to_rows(
             "judge_type": rater_type,
             "rubric_version": rubric.version,
             **scores,
-            **rubric.aggregate(scores),
-            "judge_overall": judge_overall,
+            **{k: v for k, v in rubric.aggregate(scores).items() if k != "overall"},
+            "overall": judge_overall,
             "explanation": explanation,
             "raw": json.dumps({"source": source, "line": i, "row": rec}, ensure_ascii=False),
             "status": status,
@@ -392,6 +399,20 @@ def import_ratings(
     return report
 
 
+def run_from_dict(ratings: dict[str, Any], run_dir: str | Path, where: str = "ratings") -> ImportReport:
+    """Import with a config dict (the pipeline's `ratings:` block); prints and returns the report."""
+    try:
+        cfg = RatingsImportConfig(**ratings)
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: {_explain(exc)}") from exc
+    known_contexts, known_responders = known_from_run(run_dir) if cfg.check_run else (None, None)
+    report = import_ratings(cfg, run_dir, known_contexts, known_responders)
+    print(report.summary(), flush=True)
+    if cfg.check_run and (known_contexts is None or known_responders is None):
+        print("  (contexts/responders not checked where the run has no contexts/responses rows yet)", flush=True)
+    return report
+
+
 # --- command line ---------------------------------------------------------------------------------
 
 _USAGE = """usage: python -m jobs.import_ratings path=CSV run_dir=RUN_DIR [KEY=VALUE ...]
@@ -436,32 +457,23 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = args.pop("run_dir", None)
         if not run_dir:
             raise ConfigError(f"run_dir=... is required\n{_USAGE}")
-        check_run = str(args.pop("check_run", "true")).lower() not in ("false", "0", "no")
         report_path = args.pop("report", None)
         base: dict[str, Any] = {}
-        if args.get("config"):
-            cpath = Path(args.pop("config"))
+        config_file = args.pop("config", None)
+        if config_file:
+            cpath = Path(config_file)
             try:
                 base = yaml.safe_load(cpath.read_text(encoding="utf-8")) or {}
             except (OSError, yaml.YAMLError) as exc:
                 raise ConfigError(f"config {cpath}: {exc}") from exc
             if not isinstance(base, dict):
                 raise ConfigError(f"config {cpath}: expected a mapping of RatingsImportConfig fields")
-        args.pop("config", None)
         if "responder_map" in args and "responder_map" not in base:
             base["responder_map"] = dict(DEFAULT_RESPONDER_MAP)  # KEY=VALUE adds to the default map
-        try:
-            cfg = RatingsImportConfig(**_merge(base, args))
-        except ValidationError as exc:
-            raise ConfigError(f"import_ratings config: {_explain(exc)}") from exc
-        known_contexts, known_responders = known_from_run(run_dir) if check_run else (None, None)
-        report = import_ratings(cfg, run_dir, known_contexts, known_responders)
+        report = run_from_dict(_merge(base, args), run_dir, where="import_ratings config")
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(report.summary())
-    if known_contexts is None or known_responders is None:
-        print("  (contexts/responders not checked where the run has no contexts/responses tables yet)")
     if report_path:
         Path(report_path).write_text(report.model_dump_json(indent=2), encoding="utf-8")
     return 0

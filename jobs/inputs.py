@@ -56,11 +56,11 @@ class InputReport:
 def _read_any(path: Path, fmt: str) -> pd.DataFrame:
     if fmt == "auto":
         suffix = path.suffix.lower()
-        fmt = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}.get(suffix, "")
+        fmt = {".csv": "csv", ".jsonl": "jsonl", ".json": "json", ".parquet": "parquet"}.get(suffix, "")
         if not fmt:
             raise ConfigError(
                 f"{path}: cannot tell the format from the suffix {suffix!r}; set dataset.format "
-                "to csv, jsonl or parquet"
+                "to csv, jsonl, json or parquet"
             )
     try:
         if fmt == "csv":
@@ -68,6 +68,11 @@ def _read_any(path: Path, fmt: str) -> pd.DataFrame:
             return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[])
         if fmt == "jsonl":
             return pd.read_json(path, lines=True, dtype=False)
+        if fmt == "json":
+            # A .json file is either one JSON array of records (Psych8k) or JSON Lines.
+            with open(path, encoding="utf-8") as fh:
+                first = fh.read(1).lstrip() or fh.read(64).lstrip()[:1]
+            return pd.read_json(path, lines=first != "[", dtype=False)
         return pd.read_parquet(path)
     except (ValueError, pd.errors.ParserError, OSError) as exc:
         raise ConfigError(f"{path}: cannot be read as {fmt}: {exc}") from exc

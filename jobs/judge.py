@@ -93,8 +93,9 @@ class JudgeStage(ChatStage):
             return out
         out.update(parsed.scores)
         out.update(self.rubric.aggregate(parsed.scores))
-        if parsed.overall is not None:
-            out["overall"] = parsed.overall  # the judge's own Overall, as the paper reports it
+        # `overall` is the judge's own Overall, as the paper reports it (None if it gave none);
+        # the mean of the seven is recomputed by analysis/, never mixed into this column.
+        out["overall"] = parsed.overall
         out.update(explanation=parsed.explanation, status=parsed.status,
                    error=parsed.error if parsed.status != STATUS_OK else None)
         return out

@@ -93,14 +93,8 @@ def coerce_score(value: Any, lo: float, hi: float) -> tuple[float | None, str | 
     else:
         return None, f"{value!r} ({type(value).__name__}) is not a number"
     if not lo <= num <= hi:
-        return None, f"{_fmt(value)} is out of range {lo:g}-{hi:g}"
+        return None, f"{num:g} is out of range {lo:g}-{hi:g}"
     return num, None
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float) and v.is_integer():
-        return str(int(v))
-    return repr(v) if isinstance(v, str) else str(v)
 
 
 def _norm_key(k: Any) -> str:
@@ -323,12 +317,16 @@ def parse_judgment(raw: str | None, rubric: Rubric) -> ParsedJudgment:
 
 
 def repair_prompt(
-    raw: str | None, error: str | None, rubric: Rubric, prompt: str | None = None
+    raw: str | None,
+    error: str | None,
+    rubric: Rubric,
+    prompt: str | list[dict[str, str]] | None = None,
 ) -> list[dict[str, str]]:
-    """Messages for the one bounded repair retry: re-emit the same ratings as valid JSON only.
+    """Messages for one bounded repair retry: re-emit the same ratings as valid JSON only.
 
-    With the original judge `prompt`, the judge sees its own turn and can also supply a rating it
-    left out; without it, the previous answer is quoted in a single user message.
+    `prompt` is what the judge was asked: the conversation so far (a list of messages, as sent) or
+    the rendered judge prompt (a string). Then the judge sees its own answer as its turn and can
+    also supply a rating it left out. Without it, the previous answer is quoted in one user message.
     """
     template = {a: f"<integer {rubric.scale.min}-{rubric.scale.max}>" for a in rubric.attribute_names}
     if rubric.overall_field:
@@ -342,8 +340,8 @@ def repair_prompt(
         + json.dumps(template, indent=2)
     )
     if prompt is not None:
-        return [
-            {"role": "user", "content": prompt},
+        asked = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+        return asked + [
             {"role": "assistant", "content": raw or ""},
             {"role": "user", "content": instructions},
         ]

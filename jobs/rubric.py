@@ -7,7 +7,7 @@ attributes, missing when any of them is). Parsing real answers lives in `jobs.ju
     rubric = load_rubric("mentalbench")          # conf/rubric/mentalbench.yaml
     rubric = load_rubric("path/to/my_rubric.yaml")
     messages = [{"role": "user", "content": rubric.render_prompt(context, response)}]
-    request["response_format"] = rubric.response_format()
+    request["response_format"] = rubric.json_schema()   # the bare schema: rubric.answer_schema()
 """
 
 from __future__ import annotations
@@ -164,12 +164,11 @@ class Rubric(BaseModel):
         values = {"context": context, "response": response}
         return re.sub(r"\{(context|response)\}", lambda m: values[m.group(1)], self.prompt_text())
 
-    def json_schema(self) -> dict[str, Any]:
+    def answer_schema(self) -> dict[str, Any]:
         """The JSON schema of a valid answer (strict-mode compatible: all keys required, no extras).
 
         Each attribute is an integer enum over the scale; the judge's own overall is a number; the
-        explanation a string capped at `explanation_max_length`. Use `response_format()` for the
-        OpenAI `response_format` wrapper around it.
+        explanation a string capped at `explanation_max_length`.
         """
         props: dict[str, Any] = {
             a.name: {"type": "integer", "enum": self.scale.points, "description": a.definition}
@@ -195,16 +194,19 @@ class Rubric(BaseModel):
     def schema_name(self) -> str:
         return re.sub(r"[^A-Za-z0-9_-]", "_", f"{self.method}_judgment")[:64]
 
-    def response_format(self) -> dict[str, Any]:
-        """`{"type": "json_schema", "json_schema": {name, schema, strict: true}}` for the request."""
+    def json_schema(self) -> dict[str, Any]:
+        """The OpenAI `response_format` for a judge request, wrapping `answer_schema()`:
+        `{"type": "json_schema", "json_schema": {"name": ..., "schema": ..., "strict": true}}`."""
         return {
             "type": "json_schema",
-            "json_schema": {"name": self.schema_name(), "schema": self.json_schema(), "strict": True},
+            "json_schema": {"name": self.schema_name(), "schema": self.answer_schema(), "strict": True},
         }
+
+    response_format = json_schema
 
     def answer_keys(self) -> list[str]:
         """Every key a complete answer carries, in order."""
-        return list(self.json_schema()["properties"])
+        return list(self.answer_schema()["properties"])
 
     # --- summarising ----------------------------------------------------------------------------
 

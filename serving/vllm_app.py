@@ -14,6 +14,7 @@ subclasses), which imports without vLLM, by passing `allow_internal=True`.
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 
 from serving.config import ModelConfig
@@ -24,6 +25,12 @@ if TYPE_CHECKING:  # heavy imports stay out of module import time
 # Keys Ray Serve LLM sets itself from `model_loading_config`; vLLM would otherwise serve the
 # model under a different name than the one our jobs send.
 _RESERVED_ENGINE_KWARGS = ("model", "served_model_name")
+
+# `LLMConfig` fields (not vLLM engine arguments) a model file may state under `engine_kwargs`;
+# they are moved out of the engine arguments to the top level of the `LLMConfig`.
+# `accelerator_config: {kind: cpu}` hosts a model on CPU-only nodes (a CPU build of vLLM, no
+# `accelerator_type`); without it Ray Serve LLM assumes GPUs.
+_LLM_CONFIG_KEYS_IN_ENGINE_KWARGS = ("accelerator_config",)
 
 # Keys the model file states under `resources`; the engine arguments must not contradict them,
 # or the placement group (sized from `resources`) and vLLM's sharding would disagree.
@@ -48,8 +55,9 @@ def llm_config_kwargs(model: ModelConfig) -> dict[str, Any]:
 
     Returns:
         A dict with `model_loading_config`, `engine_kwargs`, `accelerator_type`,
-        `deployment_config` and, for multi-GPU replicas, `placement_group_config`. A new dict
-        on each call; the model is not modified.
+        `deployment_config`, for multi-GPU replicas `placement_group_config`, and
+        `accelerator_config` when `engine_kwargs` states one (it is removed from the engine
+        arguments). A new dict on each call; the model is not modified.
 
     Raises:
         ValueError: If the model is not a vLLM model, or its `engine_kwargs` set a key that
@@ -63,6 +71,11 @@ def llm_config_kwargs(model: ModelConfig) -> dict[str, Any]:
     res = model.resources
 
     engine_kwargs = dict(model.engine_kwargs)
+    llm_config_fields = {
+        key: copy.deepcopy(engine_kwargs.pop(key))
+        for key in _LLM_CONFIG_KEYS_IN_ENGINE_KWARGS
+        if key in engine_kwargs
+    }
     for key in _RESERVED_ENGINE_KWARGS:
         if key in engine_kwargs:
             raise ValueError(
@@ -97,6 +110,7 @@ def llm_config_kwargs(model: ModelConfig) -> dict[str, Any]:
         "engine_kwargs": engine_kwargs,
         "accelerator_type": res.accelerator_type,
         "deployment_config": deployment_config,
+        **llm_config_fields,
     }
 
     # Ray Serve LLM places tensor-parallel workers with the PACK strategy, which may split one

@@ -231,3 +231,11 @@ def test_repair_prompt_asks_for_json_only(rubric):
     assert [m["role"] for m in msgs] == ["user", "assistant", "user"]
     assert msgs[0]["content"] == "PROMPT" and msgs[1]["content"] == "bad"
     assert "Safety: 7 is out of range 1-5" in msgs[2]["content"]
+
+    # The conversation so far (what jobs.judge sends): extended, not modified.
+    convo = [{"role": "user", "content": "PROMPT"}]
+    msgs = repair_prompt("bad", "Guidance missing", rubric, convo)
+    assert convo == [{"role": "user", "content": "PROMPT"}]
+    assert [m["role"] for m in msgs] == ["user", "assistant", "user"] and msgs[1]["content"] == "bad"
+    again = repair_prompt("still bad", "Guidance missing", rubric, msgs)
+    assert [m["role"] for m in again] == ["user", "assistant", "user", "assistant", "user"]

@@ -145,7 +145,7 @@ def test_unknown_rubric_name_lists_known_ones():
 
 
 def test_json_schema_accepts_a_good_answer_and_refuses_bad_ones(rubric):
-    schema = rubric.json_schema()
+    schema = rubric.answer_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
     assert not list(validator.iter_errors(good_answer()))
@@ -169,12 +169,17 @@ def test_json_schema_accepts_a_good_answer_and_refuses_bad_ones(rubric):
         assert list(validator.iter_errors(answer)), answer
 
 
-def test_response_format_is_strict_json_schema(rubric):
-    rf = rubric.response_format()
+def test_json_schema_is_the_strict_response_format(rubric):
+    rf = rubric.json_schema()
     assert rf["type"] == "json_schema"
     assert rf["json_schema"]["strict"] is True
     assert re.fullmatch(r"[A-Za-z0-9_-]{1,64}", rf["json_schema"]["name"])
-    assert rf["json_schema"]["schema"] == rubric.json_schema()
+    assert rf["json_schema"]["schema"] == rubric.answer_schema()
+    assert rubric.response_format() == rf
+    # What the OpenAI-compatible routes accept (serving.protocol).
+    from serving.protocol import ResponseFormat
+
+    assert ResponseFormat(**rf).json_schema.schema_ == rubric.answer_schema()
 
 
 def test_render_prompt_replaces_placeholders_without_format(rubric):
