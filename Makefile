@@ -23,9 +23,15 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m jobs.generate $(ARGS)
+	$(PY) -m jobs.pipeline experiment=mentalbench_demo $(ARGS)
 
-test: $(STAMP)
+# The report test renders report.html in headless Chromium (Debian's package; apt needs root).
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	@command -v apt-get >/dev/null || { echo "error: install Chromium at $(CHROMIUM) (used by the report test)"; exit 1; }
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+
+test: $(STAMP) $(CHROMIUM)
 	$(PY) -m pytest $(ARGS)
 
 bench: $(STAMP)

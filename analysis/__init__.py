@@ -17,7 +17,6 @@ from analysis.columns import AVERAGE_LABEL, HUMAN_LABEL, JUDGE_TYPE_HUMAN, JUDGE
 from analysis.data import (
     human_pairs, llm_judges, load_judgments, prepare_judgments, rater_frame,
 )
-from analysis.report import build_report
 from analysis.rouge import (
     reference_texts, rouge_by_responder, rouge_correlation, rouge_l_scores,
 )
@@ -42,3 +41,13 @@ __all__ = [
     # report
     "build_report",
 ]
+
+
+def __getattr__(name: str):
+    # Imported on first use, so that `python -m analysis.report` does not import the module
+    # twice (once through this package, once as __main__).
+    if name == "build_report":
+        from analysis.report import build_report
+
+        return build_report
+    raise AttributeError(f"module 'analysis' has no attribute {name!r}")

@@ -36,9 +36,7 @@ RESPONSE_STATUS = _checked(RESPONSES, "status")
 HUMAN_RESPONSE = _checked(CONTEXTS, "human_response")
 
 # Values of JUDGMENTS.judge_type (the schema documents them in a comment only).
-# TODO(schemas): import JUDGE_TYPE_LLM / JUDGE_TYPE_HUMAN from jobs.schemas once it exports them.
-JUDGE_TYPE_LLM = "llm"
-JUDGE_TYPE_HUMAN = "human"
+from jobs.schemas import JUDGE_TYPE_HUMAN, JUDGE_TYPE_LLM  # noqa: E402,F401 - re-exported
 
 # Columns the analysis derives (never written to a table).
 SCORE = "score"          # one rating's overall score (see analysis.data.prepare_judgments)

@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from jobs.config import ConfigError, GenerateConfig, hydra_search_dirs, load_model, validate
 from jobs.inputs import read_contexts
-from jobs.schemas import JUDGMENTS, RESPONSES, STATUS_ERROR, STATUS_OK, STATUS_PARSE_ERROR
+from jobs.schemas import JUDGE_TYPE_LLM, JUDGMENTS, RESPONSES, STATUS_ERROR, STATUS_OK
 from jobs.stage import ChatStage
 from jobs.store import TableStore
 from serving.governance import DataGovernanceError, check_all
@@ -82,7 +82,7 @@ class JudgeStage(ChatStage):
 
         out: dict[str, Any] = {
             "context_id": row["context_id"], "responder": row["responder"], "judge": judge,
-            "judge_type": "llm", "rubric_version": self.rubric.version, "raw": raw,
+            "judge_type": JUDGE_TYPE_LLM, "rubric_version": self.rubric.version, "raw": raw,
             "attempts": attempts, "prompt_tokens": tokens[0], "completion_tokens": tokens[1],
             "latency_s": latency, "finish_reason": result.finish_reason if result else None,
             "temperature": params.temperature, "top_p": params.top_p, "max_tokens": params.max_tokens,

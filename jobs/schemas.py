@@ -73,6 +73,8 @@ CSS_ATTRIBUTES = ("Guidance", "Informativeness", "Relevance", "Safety")
 ARS_ATTRIBUTES = ("Empathy", "Helpfulness", "Understanding")
 MENTALBENCH_ATTRIBUTES = CSS_ATTRIBUTES + ARS_ATTRIBUTES
 HUMAN_RESPONDER = "human"  # the human reference answer, treated as one more responder
+JUDGE_TYPE_LLM = "llm"
+JUDGE_TYPE_HUMAN = "human"
 
 CONTEXTS = Table(
     name="contexts",
