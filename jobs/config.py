@@ -148,10 +148,10 @@ class GenerateConfig(BaseModel):
         return v
 
 
-def load_model(name: str, search_dirs: list[Path]) -> ModelConfig:
-    """Load `model/<name>.yaml` from the first search dir that has it."""
+def read_group_file(group: str, name: str, search_dirs: list[Path]) -> tuple[Path, dict[str, Any]] | None:
+    """`(path, mapping)` of `<group>/<name>.yaml` in the first search dir that has it, else None."""
     for d in search_dirs:
-        path = d / "model" / f"{name}.yaml"
+        path = d / group / f"{name}.yaml"
         if path.is_file():
             try:
                 data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -159,11 +159,41 @@ def load_model(name: str, search_dirs: list[Path]) -> ModelConfig:
                 raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
             if not isinstance(data, dict):
                 raise ConfigError(f"{path}: expected a mapping of fields, got {type(data).__name__}")
-            data.pop("name", None)
-            try:
-                return ModelConfig(name=name, **data)
-            except ValidationError as exc:
-                raise ConfigError(f"{path}: {_explain(exc)}") from exc
+            return path, data
+    return None
+
+
+def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Any, where: str) -> None:
+    """Body of every job's `@hydra.main`: resolve, validate once, run, exit with its code.
+
+    Configuration and data-governance errors are the user's to fix: one line on stderr, exit 2.
+    """
+    import sys
+
+    from omegaconf import OmegaConf
+
+    from serving.governance import DataGovernanceError
+
+    try:
+        data = OmegaConf.to_container(raw, resolve=True)
+        data["run_dir"] = str(Path(data["run_dir"]).resolve())
+        code = run(validate(data, model_cls, where), hydra_search_dirs())
+    except (ConfigError, DataGovernanceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        code = 2
+    sys.exit(code)
+
+
+def load_model(name: str, search_dirs: list[Path]) -> ModelConfig:
+    """Load `model/<name>.yaml` from the first search dir that has it."""
+    found = read_group_file("model", name, search_dirs)
+    if found is not None:
+        path, data = found
+        data.pop("name", None)
+        try:
+            return ModelConfig(name=name, **data)
+        except ValidationError as exc:
+            raise ConfigError(f"{path}: {_explain(exc)}") from exc
     known = sorted({p.stem for d in search_dirs for p in (d / "model").glob("*.yaml")})
     raise ConfigError(
         f"unknown model {name!r}: no model/{name}.yaml in {[str(d) for d in search_dirs]}. "

@@ -36,11 +36,11 @@ from typing import Any
 import hydra
 import pandas as pd
 import pyarrow.parquet as pq
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cluster.config import ClusterConfig
-from jobs.config import ConfigError, hydra_search_dirs, load_model, validate
+from jobs.config import load_model, run_entrypoint
 from jobs.curate_sources import (
     CurationReport,
     FilterConfig,
@@ -54,7 +54,7 @@ from jobs.stage import ChatStage
 from jobs.store import TableStore
 from serving.config import GenerationParams, ModelConfig
 from serving.deploy import ServingConfig
-from serving.governance import DataGovernanceError, check_all
+from serving.governance import check_all
 
 log = logging.getLogger("jobs.curate")
 
@@ -504,15 +504,7 @@ def run(cfg: CurateConfig, search_dirs: list[Path]) -> int:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="curate")
 def main(raw: DictConfig) -> None:
-    try:
-        data = OmegaConf.to_container(raw, resolve=True)
-        data["run_dir"] = str(Path(data["run_dir"]).resolve())
-        cfg = validate(data, CurateConfig, "curate config")
-        code = run(cfg, hydra_search_dirs())
-    except (ConfigError, DataGovernanceError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        code = 2
-    sys.exit(code)
+    run_entrypoint(raw, CurateConfig, run, "curate config")
 
 
 if __name__ == "__main__":

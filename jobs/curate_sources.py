@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from jobs.config import ConfigError, DatasetConfig, validate
+from jobs.config import ConfigError, DatasetConfig, read_group_file, validate
 from jobs.inputs import InputReport, read_contexts
 
 # --- sources -----------------------------------------------------------------------------------
@@ -84,16 +83,9 @@ class FilterConfig(BaseModel):
 
 
 def _dataset_file(name: str, search_dirs: list[Path]) -> dict[str, Any]:
-    for d in search_dirs:
-        path = d / "dataset" / f"{name}.yaml"
-        if path.is_file():
-            try:
-                data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-            except yaml.YAMLError as exc:
-                raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-            if not isinstance(data, dict):
-                raise ConfigError(f"{path}: expected a mapping of fields, got {type(data).__name__}")
-            return data
+    found = read_group_file("dataset", name, search_dirs)
+    if found is not None:
+        return found[1]
     known = sorted({p.stem for d in search_dirs for p in (d / "dataset").glob("*.yaml")})
     raise ConfigError(
         f"unknown dataset {name!r} in sources: no dataset/{name}.yaml in "

@@ -25,14 +25,14 @@ from typing import Any
 
 import hydra
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from jobs.config import ConfigError, GenerateConfig, hydra_search_dirs, load_model, validate
+from jobs.config import ConfigError, GenerateConfig, load_model, run_entrypoint
 from jobs.inputs import read_contexts
 from jobs.schemas import JUDGE_TYPE_LLM, JUDGMENTS, RESPONSES, STATUS_ERROR, STATUS_OK
 from jobs.stage import ChatStage
 from jobs.store import TableStore
-from serving.governance import DataGovernanceError, check_all
+from serving.governance import check_all
 
 log = logging.getLogger("jobs.judge")
 
@@ -174,15 +174,7 @@ def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="judge")
 def main(raw: DictConfig) -> None:
-    try:
-        data = OmegaConf.to_container(raw, resolve=True)
-        data["run_dir"] = str(Path(data["run_dir"]).resolve())
-        cfg = validate(data, GenerateConfig, "judge config")
-        code = run(cfg, hydra_search_dirs())
-    except (ConfigError, DataGovernanceError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        code = 2
-    sys.exit(code)
+    run_entrypoint(raw, GenerateConfig, run, "judge config")
 
 
 if __name__ == "__main__":

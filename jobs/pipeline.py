@@ -11,15 +11,13 @@ already holds, so re-running the same command after a crash finishes the job.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from jobs.config import ConfigError, GenerateConfig, hydra_search_dirs, validate
-from serving.governance import DataGovernanceError
+from jobs.config import GenerateConfig, run_entrypoint
 
 
 def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
@@ -50,15 +48,7 @@ def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="pipeline")
 def main(raw: DictConfig) -> None:
-    try:
-        data = OmegaConf.to_container(raw, resolve=True)
-        data["run_dir"] = str(Path(data["run_dir"]).resolve())
-        cfg = validate(data, GenerateConfig, "pipeline config")
-        code = run(cfg, hydra_search_dirs())
-    except (ConfigError, DataGovernanceError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        code = 2
-    sys.exit(code)
+    run_entrypoint(raw, GenerateConfig, run, "pipeline config")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ No Ray cluster and no model calls: `jobs.generate` runs only with `dry_run=true`
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import hydra

@@ -7,7 +7,6 @@ import asyncio
 import json
 import random
 import sys
-from pathlib import Path
 
 import hydra
 import jsonschema
