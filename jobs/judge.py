@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 
 from jobs.config import ConfigError, GenerateConfig, load_model, run_entrypoint
 from jobs.inputs import read_contexts
-from jobs.schemas import JUDGE_TYPE_LLM, JUDGMENTS, RESPONSES, STATUS_ERROR, STATUS_OK
+from jobs.schemas import HUMAN_RESPONDER, JUDGE_TYPE_LLM, JUDGMENTS, RESPONSES, STATUS_ERROR, STATUS_OK
 from jobs.stage import ChatStage
 from jobs.store import TableStore
 from serving.governance import check_all
@@ -119,6 +119,20 @@ def plan_judgments(responses: pd.DataFrame, contexts: pd.DataFrame, judges: list
     return pd.DataFrame(rows, columns=["context_id", "responder", "judge", "context", "response"]), missing_ctx
 
 
+def _plan_without_responses(cfg: GenerateConfig, judges: list) -> int:
+    """Dry run before generate has run: plan from the contexts x responders the config names."""
+    from jobs.generate import plan_text
+
+    contexts, _ = read_contexts(cfg.dataset)
+    responders = cfg.responders or [*cfg.models, *([HUMAN_RESPONDER] if cfg.include_human else [])]
+    n = len(contexts) * len(responders)
+    planned = pd.DataFrame({"model": [j.name for j in judges for _ in range(n)]})
+    print(f"judge (planned): {len(contexts)} contexts x {len(responders)} responders = {n} responses, "
+          f"each judged by {len(judges)} judge(s)", flush=True)
+    print(plan_text(judges, planned, cfg.judge_generation), flush=True)
+    return 0
+
+
 def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
     if not cfg.judges:
         raise ConfigError("no judges: set judges=[model,...] (model files in conf/model/)")
@@ -128,6 +142,8 @@ def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
     judges = [load_model(name, search_dirs) for name in cfg.judges]
     run_dir = Path(cfg.run_dir)
     responses = TableStore(run_dir, RESPONSES).read()
+    if responses.empty and cfg.dry_run:
+        return _plan_without_responses(cfg, judges)
     if responses.empty:
         raise ConfigError(f"no responses in {run_dir / RESPONSES.name}: run jobs.generate on this run_dir first")
     contexts, _ = read_contexts(cfg.dataset)

@@ -220,7 +220,7 @@ class ChatClient:
             "messages": messages,
             "temperature": params.temperature,
             "top_p": params.top_p,
-            "max_tokens": params.max_tokens,
+            ep.model.max_tokens_param: params.max_tokens,
         }
         if params.seed is not None:
             body["seed"] = params.seed

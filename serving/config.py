@@ -130,6 +130,11 @@ class ModelConfig(_Strict):
         None,
         description="Name of the environment variable holding the API key (never the key).",
     )
+    max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = Field(
+        "max_tokens",
+        description="Request field for the token budget: OpenAI's o-series refuses `max_tokens` "
+        "and takes `max_completion_tokens`.",
+    )
     supports_json_schema: bool = Field(
         True, description="Whether the endpoint honors response_format of type json_schema."
     )
