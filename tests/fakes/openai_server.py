@@ -315,6 +315,7 @@ class FakeOpenAI:
         log_path: str | None = None,
         model_names: Sequence[str] = ("fake",),
         think: bool = False,
+        bad_json: str = "none",
         seed: int = 0,
     ) -> None:
         self.latency = float(latency)
@@ -326,6 +327,7 @@ class FakeOpenAI:
         self.fail_first = int(fail_first)
         self.model_names = list(model_names)
         self.think = bool(think)
+        self.bad_json = bad_json
         self.rng = random.Random(seed)
         self._attempts: dict[str, int] = {}
         self._log = open(log_path, "a", encoding="utf-8") if log_path else None
@@ -512,6 +514,11 @@ class FakeOpenAI:
                 js = fmt.get("json_schema") or {}
                 schema = js.get("schema") if isinstance(js, dict) else None
                 content = _dumps(sample_from_schema(schema or {"type": "object"})).decode("utf-8")
+                # --bad-json: answer prose instead of JSON, always or only on a first turn (a
+                # conversation with no assistant message yet), to exercise judges' repair path.
+                repairing = any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages)
+                if self.bad_json == "always" or (self.bad_json == "first" and not repairing):
+                    content = "I would rate this response as quite good overall, but I cannot give numbers."
             elif ftype == "json_object":
                 content = _dumps({"answer": echo}).decode("utf-8")
         if self.think:
@@ -579,6 +586,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log", default=None, help="append one JSON line per chat request")
     p.add_argument("--model-names", default="fake", help="comma list served by /v1/models")
     p.add_argument("--think", action="store_true", help="prefix answers with <think>...</think>")
+    p.add_argument("--bad-json", choices=["none", "first", "always"], default="none",
+                   help="answer json_schema requests with prose: always, or on first turns only")
     p.add_argument("--seed", type=int, default=0, help="seed of the fault RNG")
     return p
 
@@ -595,6 +604,7 @@ async def _serve(args: argparse.Namespace) -> None:
         log_path=args.log,
         model_names=[m.strip() for m in args.model_names.split(",") if m.strip()] or ["fake"],
         think=args.think,
+        bad_json=args.bad_json,
         seed=args.seed,
     )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -665,6 +675,7 @@ class FakeServer:
         log: str | os.PathLike | None | bool = None,
         model_names: str | Iterable[str] | None = None,
         think: bool = False,
+        bad_json: str = "none",
         seed: int | None = None,
         startup_timeout: float = 20.0,
         extra_args: Sequence[str] = (),
@@ -695,6 +706,8 @@ class FakeServer:
             args += ["--model-names", model_names if isinstance(model_names, str) else ",".join(model_names)]
         if think:
             args.append("--think")
+        if bad_json != "none":
+            args += ["--bad-json", bad_json]
         if seed is not None:
             args += ["--seed", str(seed)]
         args += list(extra_args)
