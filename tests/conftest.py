@@ -39,6 +39,8 @@ def job_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("RAY_DEDUP_LOGS", "0")
+    # As if the venv were activated: subprocesses that run `python` or `ray` get this interpreter's.
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env.pop("RAY_ADDRESS", None)
     return env
 

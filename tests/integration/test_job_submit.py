@@ -57,7 +57,9 @@ def test_generate_job_via_ray_job_submit(head_node, tmp_path):
     excludes = [".venv", ".git", "runs", "outputs", "docs", "tests", "k8s"]
     cmd = [RAY, "job", "submit", f"--address={head_node}", f"--working-dir={ROOT}",
            f"--runtime-env-json={json.dumps({'excludes': excludes})}", "--",
-           "python", "-m", "jobs.generate", f"run_dir={run_dir}", "dataset.limit=2",
+           # The driver runs this command on the head node: name this interpreter (the project's
+           # venv), not whatever `python` is first on PATH (regression: CI had no venv on PATH).
+           sys.executable, "-m", "jobs.generate", f"run_dir={run_dir}", "dataset.limit=2",
            "generation.max_tokens=16", "serving.port=8125", "cluster=auto"]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
