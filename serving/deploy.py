@@ -38,6 +38,12 @@ class ServingConfig(BaseModel):
         "EveryNode",
         description="Serve proxy placement; EveryNode lets workers on any node call 127.0.0.1.",
     )
+    deploy: bool = Field(
+        True,
+        description="Deploy missing hosted models. False: use models already served at host:port "
+        "(e.g. a KubeRay RayService: serving.host=model-zoo-serve-svc serving.deploy=false) and "
+        "only wait until they answer.",
+    )
 
 
 def app_name(model: ModelConfig) -> str:
@@ -73,13 +79,13 @@ def _chat_ok(url: str, model_id: str) -> bool:
         return resp.status == 200
 
 
-def _wait_ready(models: list[ModelConfig], cfg: ServingConfig) -> None:
-    """Block until each hosted model answers /v1/models through the HTTP proxy."""
+def _wait_ready(models: list[ModelConfig], cfg: ServingConfig, check_apps: bool = True) -> None:
+    """Block until each hosted model answers /v1/models and a 1-token chat call."""
     deadline = time.monotonic() + cfg.startup_timeout_s
     for model in models:
         url = base_url(model, cfg) + "/models"
         while True:
-            apps = _running_apps()
+            apps = _running_apps() if check_apps else {}
             state = apps.get(app_name(model), "")
             if "DEPLOY_FAILED" in state or "UNHEALTHY" in state:
                 from ray import serve
@@ -111,7 +117,9 @@ def ensure(models: list[ModelConfig], cfg: ServingConfig) -> dict[str, Endpoint]
     running is not redeployed, so concurrent jobs and re-runs share the same replicas.
     """
     hosted = [m for m in models if m.provider == "serve"]
-    if hosted:
+    if hosted and not cfg.deploy:
+        _wait_ready(hosted, cfg, check_apps=False)
+    elif hosted:
         from ray import serve
 
         serve.start(
