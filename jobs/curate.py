@@ -275,7 +275,7 @@ class LabelStage(ChatStage):
         self.taxonomy = Taxonomy(**taxonomy)
         self.labeling = LabelingConfig(**labeling)
         self.run_id = run_id
-        self.params = self.client.endpoint(labeler).model.generation.merged(self.labeling.generation)
+        self.params = self.client.endpoint(labeler).model.params(self.labeling.generation)
         self.response_format = label_schema(self.taxonomy.ids, self.labeling.max_labels)
 
     def messages(self, context: str) -> list[dict[str, str]]:
@@ -379,9 +379,14 @@ def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
 
 
-def _write_single(store: TableStore, rows: pd.DataFrame, path: Path) -> None:
+def _write_single(store: TableStore, rows: pd.DataFrame, path: Path, sensitivity: str) -> None:
+    from jobs.inputs import SENSITIVITY_METADATA_KEY
+
     tmp = path.with_name(f".tmp-{path.name}")
-    pq.write_table(store.to_arrow(rows), tmp)
+    table = store.to_arrow(rows)
+    # The file carries its sensitivity, so a reader that configures it as public is refused.
+    meta = {**(table.schema.metadata or {}), SENSITIVITY_METADATA_KEY: sensitivity.encode()}
+    pq.write_table(table.replace_schema_metadata(meta), tmp)
     os.replace(tmp, path)
 
 
@@ -495,8 +500,8 @@ def run(cfg: CurateConfig, search_dirs: list[Path]) -> int:
     md = stats_markdown(stats)
     (out_dir / "stats.md").write_text(md, encoding="utf-8")
     print(md, flush=True)
-    _write_single(store, final, run_dir / "contexts.parquet")
-    _write_single(store, final[final["split"] == "dev"], run_dir / "contexts_dev.parquet")
+    _write_single(store, final, run_dir / "contexts.parquet", sensitivity)
+    _write_single(store, final[final["split"] == "dev"], run_dir / "contexts_dev.parquet", sensitivity)
     print(f"done: {len(final)} contexts in {store.dir} and {run_dir / 'contexts.parquet'} "
           f"(jobs.generate: dataset=curated run_dir={run_dir})", flush=True)
     return 0

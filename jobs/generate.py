@@ -43,13 +43,19 @@ def plan_rows(contexts: pd.DataFrame, models: list[str], done: set[tuple[str, ..
     return pd.DataFrame(rows, columns=["context_id", "context", "model"])
 
 
+def stage_workers(requested: int, models: list) -> int:
+    """Model-call workers, at most the smallest concurrency limit: each worker gets
+    `limit // workers` (at least 1) of every model, which must not add up past the limit."""
+    return max(1, min([requested, *(m.concurrency for m in models)]))
+
+
 def plan_text(models: list, todo: pd.DataFrame, overrides: dict) -> str:
     """What a run would do: calls and token budget per model, and what it asks the cluster for."""
     lines = [f"  {'model':<30} {'calls':>7} {'max out tokens':>15} {'in flight':>9}  hosting"]
     gpus: dict[str, int] = {}
     for m in models:
         n = int((todo["model"] == m.name).sum())
-        params = m.generation.merged(overrides)
+        params = m.params(overrides)
         if m.provider == "serve":
             r = m.resources
             per = r.tensor_parallel_size * r.pipeline_parallel_size
@@ -105,7 +111,9 @@ def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
 
     store = TableStore(run_dir, RESPONSES, writer=True)
     if cfg.retry_failed and not cfg.dry_run:
-        dropped = store.drop_failed()
+        planned = {(c, m) for c in contexts["context_id"]
+                   for m in [*cfg.models, *([HUMAN_RESPONDER] if cfg.include_human else [])]}
+        dropped = store.drop_failed(planned)
         if dropped:
             print(f"resume: {dropped} failed row(s) from an earlier run will be sent again", flush=True)
     done = store.existing_keys()
@@ -132,7 +140,7 @@ def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
     endpoints = ensure(models, cfg.serving)
     for name, ep in endpoints.items():
         print(f"  {name}: {ep.base_url}", flush=True)
-    workers = cfg.cluster.stage_workers
+    workers = stage_workers(cfg.cluster.stage_workers, models)
     counts = run_stage(
         todo,
         GenerateStage,

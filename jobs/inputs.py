@@ -53,6 +53,22 @@ class InputReport:
         path.write_text(json.dumps(data, indent=1), encoding="utf-8")
 
 
+SENSITIVITY_METADATA_KEY = b"evalcluster.sensitivity"
+
+
+def _check_file_sensitivity(path: Path, ds: DatasetConfig) -> None:
+    """A Parquet file that says it is restricted is never read as public (fail closed)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    declared = meta.get(SENSITIVITY_METADATA_KEY, b"").decode()
+    if declared and declared != "public" and ds.sensitivity == "public":
+        raise ConfigError(
+            f"{path} is marked {declared!r} (it holds restricted sources) but dataset "
+            f"{ds.name!r} is configured `sensitivity: public`; set dataset.sensitivity=restricted"
+        )
+
+
 def _read_any(path: Path, fmt: str) -> pd.DataFrame:
     if fmt == "auto":
         suffix = path.suffix.lower()
@@ -108,6 +124,8 @@ def read_contexts(ds: DatasetConfig) -> tuple[pd.DataFrame, InputReport]:
             "from the repository root)"
         )
     df = _read_any(path, ds.format)
+    if path.suffix.lower() == ".parquet" or ds.format == "parquet":
+        _check_file_sensitivity(path, ds)
     cols = ds.columns
     wanted = {"columns.id": cols.id, "columns.human_response": cols.human_response}
     ctx_cols = [cols.context] if isinstance(cols.context, str) else list(cols.context)
@@ -123,6 +141,7 @@ def read_contexts(ds: DatasetConfig) -> tuple[pd.DataFrame, InputReport]:
     report = InputReport(file=str(path), rows_read=len(df))
     records = []
     seen: set[str] = set()
+    seen_ids: set[str] = set()
     for i, row in enumerate(df.to_dict("records"), start=1):
         if cols.id is not None:
             cid = _as_id(row.get(cols.id))
@@ -146,11 +165,15 @@ def read_contexts(ds: DatasetConfig) -> tuple[pd.DataFrame, InputReport]:
         if len(context.split()) < ds.min_context_words:
             report.bad.append(BadRow(i, ",".join(ctx_cols), f"context shorter than {ds.min_context_words} words", cid))
             continue
-        dedupe_key = cid if ds.dedupe_on == "id" else context
-        if dedupe_key in seen:
-            report.bad.append(BadRow(i, cols.id or "context", f"duplicate {ds.dedupe_on}", cid))
+        # The id is the resume key: it must be unique whatever else is deduplicated.
+        if cid in seen_ids:
+            report.bad.append(BadRow(i, cols.id or "row", "duplicate id", cid))
             continue
-        seen.add(dedupe_key)
+        if ds.dedupe_on == "context" and context in seen:
+            report.bad.append(BadRow(i, ",".join(ctx_cols), "duplicate context", cid))
+            continue
+        seen_ids.add(cid)
+        seen.add(context)
         human = row.get(cols.human_response) if cols.human_response else None
         records.append({"context_id": cid, "context": context, "human_response": _as_text(human)})
         if ds.limit is not None and len(records) >= ds.limit:

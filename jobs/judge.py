@@ -50,7 +50,7 @@ class JudgeStage(ChatStage):
         self.response_format = self.rubric.json_schema()
         self.max_repairs = max_repairs
         self.run_id = run_id
-        self.params = {n: ep.model.generation.merged(overrides) for n, ep in self.client._endpoints.items()}
+        self.params = {n: ep.model.params(overrides) for n, ep in self.client._endpoints.items()}
 
     async def process_row(self, row: dict[str, Any]) -> dict[str, Any]:
         from jobs.judge_parse import parse_judgment, repair_prompt
@@ -165,13 +165,14 @@ def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
         return 0
 
     from cluster.connect import connect
+    from jobs.generate import stage_workers
     from jobs.runner import run_stage
     from jobs.stage import endpoints_to_spec
     from serving.deploy import ensure
 
     print(connect(cfg.cluster), flush=True)
     endpoints = ensure(judges, cfg.serving)
-    workers = cfg.cluster.stage_workers
+    workers = stage_workers(cfg.cluster.stage_workers, judges)
     counts = run_stage(
         todo, JudgeStage,
         dict(endpoints=endpoints_to_spec(endpoints), concurrency_share=1.0 / workers,

@@ -6,6 +6,7 @@ killed run keeps everything but the rows in flight, and a progress bar shows ok/
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from typing import Any
@@ -68,7 +69,8 @@ def run_stage(
             pending = []
         last_flush = time.monotonic()
 
-    with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar:
+    with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar, \
+            _flushing(flush):
         for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
             pending.append(batch)
             ok = pa.compute.sum(pa.compute.equal(batch.column("status"), STATUS_OK)).as_py() or 0
@@ -78,5 +80,13 @@ def run_stage(
             bar.set_postfix(ok=counts["ok"], failed=counts["failed"], refresh=False)
             if time.monotonic() - last_flush >= flush_every_s:
                 flush()
-        flush()
     return counts
+
+
+@contextlib.contextmanager
+def _flushing(flush):
+    """Write the finished rows on the way out, also when the stream fails (Ctrl-C, a dead worker)."""
+    try:
+        yield
+    finally:
+        flush()

@@ -100,7 +100,7 @@ class GenerateStage(ChatStage):
         self.dataset = dataset
         self.run_id = run_id
         self.params: dict[str, GenerationParams] = {
-            name: ep.model.generation.merged(generation_overrides)
+            name: ep.model.params(generation_overrides)
             for name, ep in self.client._endpoints.items()
         }
 
@@ -121,6 +121,12 @@ class GenerateStage(ChatStage):
             request_key=f"{row['context_id']}|{model}",
         )
         ep = self.client.endpoint(model)
+        if result.ok and not (result.content or "").strip():
+            # Nothing to evaluate (e.g. the budget ran out inside <think>): a failure with its
+            # reason, never an empty "ok" answer that a judge would then score.
+            result.status = STATUS_ERROR
+            result.error = (f"empty answer after reasoning removal (finish_reason="
+                            f"{result.finish_reason}, {result.completion_tokens} completion tokens)")
         return {
             "context_id": row["context_id"],
             "model": model,

@@ -43,8 +43,11 @@ class TableStore:
             keys.update(zip(*cols))
         return keys
 
-    def drop_failed(self) -> int:
+    def drop_failed(self, keys: set[tuple[str, ...]] | None = None) -> int:
         """Remove rows whose status is not `ok`, so a resumed run sends them again.
+
+        Only rows whose key is in `keys` (the keys this run plans to send) are removed: a
+        failure that this run will not redo (another judge, an imported rating) stays a row.
 
         Each affected part is rewritten without those rows (new file first, then the old one is
         removed), so a crash in between leaves duplicates of ok rows at worst, which `read`
@@ -54,6 +57,10 @@ class TableStore:
         for part in self.parts():
             t = pq.read_table(part, schema=self.table.schema)
             ok = pa.compute.equal(t.column("status"), "ok")
+            if keys is not None:
+                cols = [t.column(k).to_pylist() for k in self.table.key]
+                planned = pa.array([key in keys for key in zip(*cols)])
+                ok = pa.compute.or_(ok, pa.compute.invert(planned))  # keep what is not redone
             n_ok = pa.compute.sum(ok).as_py() or 0
             if n_ok == t.num_rows:
                 continue

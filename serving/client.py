@@ -116,8 +116,12 @@ def _retry_after_s(exc: Exception) -> float | None:
     try:
         return float(value)
     except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value) if value else None
-        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+        pass
+    try:
+        parsed = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):  # a malformed header: fall back to our own backoff
+        return None
+    return max(0.0, parsed.timestamp() - time.time()) if parsed else None
 
 
 def _is_retryable(exc: Exception) -> bool:
@@ -126,6 +130,8 @@ def _is_retryable(exc: Exception) -> bool:
     if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, asyncio.TimeoutError)):
         return True
     if isinstance(exc, openai.APIStatusError):
+        if exc.status_code == 429 and getattr(exc, "code", None) == "insufficient_quota":
+            return False  # an exhausted quota does not come back by waiting
         return exc.status_code == 429 or exc.status_code >= 500 or exc.status_code == 408
     return False
 
@@ -194,7 +200,7 @@ class ChatClient:
         params: GenerationParams | None = None,
         *,
         response_format: dict[str, Any] | None = None,
-        sensitivity: Sensitivity = "public",
+        sensitivity: Sensitivity,
         request_key: str | None = None,
     ) -> ChatResult:
         """Send one chat completion, with retries; never raises for a failed call.
@@ -204,8 +210,9 @@ class ChatClient:
             messages: OpenAI chat messages.
             params: sampling parameters (the model file's defaults when None).
             response_format: OpenAI `response_format`, e.g. `{"type": "json_schema", ...}`.
-            sensitivity: sensitivity of the data in `messages`; `restricted` never reaches an
-                `external` model (raises `DataGovernanceError` before any request).
+            sensitivity: sensitivity of the data in `messages` (required: no default, so no
+                caller can forget it); `restricted` never reaches an `external` model (raises
+                `DataGovernanceError` before any request).
             request_key: sent as the `X-Request-Key` header, for tracing in server logs.
         """
         ep = self.endpoint(model)

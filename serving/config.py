@@ -50,7 +50,12 @@ class GenerationParams(_Strict):
             elif key == "extra":
                 extra.update(value)
             else:
-                extra[key] = value
+                # A typo (temprature) must not slip into the request body unnoticed while rows
+                # record the default: engine-specific fields go under `extra` explicitly.
+                raise ValueError(
+                    f"unknown sampling parameter {key!r}: use one of {sorted(data)} or put "
+                    f"engine-specific fields under `extra` (e.g. extra.{key})"
+                )
         return GenerationParams(**data, extra=extra)
 
 
@@ -130,6 +135,11 @@ class ModelConfig(_Strict):
         None,
         description="Name of the environment variable holding the API key (never the key).",
     )
+    locked_params: list[str] = Field(
+        default_factory=list,
+        description="Sampling parameters a job may not override for this model (o-series: "
+        "temperature and top_p are fixed, max_tokens must leave room for hidden reasoning).",
+    )
     max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = Field(
         "max_tokens",
         description="Request field for the token budget: OpenAI's o-series refuses `max_tokens` "
@@ -158,6 +168,11 @@ class ModelConfig(_Strict):
                     f"api_key_env must be an environment variable NAME, got {self.api_key_env!r}"
                 )
         return self
+
+    def params(self, overrides: dict[str, Any] | None) -> GenerationParams:
+        """This model's sampling parameters with a job's overrides, except its locked ones."""
+        allowed = {k: v for k, v in (overrides or {}).items() if k not in self.locked_params}
+        return self.generation.merged(allowed)
 
     @property
     def served_model_id(self) -> str:

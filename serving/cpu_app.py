@@ -62,7 +62,12 @@ class CpuLLMServer:
                     404,
                 ),
             )
-        response = await self.engine.chat(request)
+        try:
+            response = await self.engine.chat(request)
+        except ValueError as exc:
+            # llama.cpp raises ValueError for requests it cannot serve (a prompt longer than
+            # n_ctx): the client's fault, so 400 (not retried), not a 500 (retried).
+            return JSONResponse(status_code=400, content=error_body(str(exc)))
         return JSONResponse(content=response.model_dump())
 
     @api.get("/v1/models")

@@ -153,7 +153,7 @@ def _chat(endpoint, messages, **kwargs):
     async def go():
         client = ChatClient({endpoint.model.name: endpoint})
         try:
-            return await client.chat(endpoint.model.name, messages, **kwargs)
+            return await client.chat(endpoint.model.name, messages, sensitivity="public", **kwargs)
         finally:
             await client.aclose()
 

@@ -20,13 +20,13 @@ def _model(base_url: str, **kw) -> ModelConfig:
     return ModelConfig(**fields)
 
 
-def _run_many(model: ModelConfig, n: int, **chat_kw):
+def _run_many(model: ModelConfig, n: int, sensitivity: str = "public", **chat_kw):
     async def go():
         client = ChatClient({"fake": Endpoint(model, model.base_url)})
         try:
             return await asyncio.gather(*(
                 client.chat("fake", [{"role": "user", "content": f"context number {i}"}],
-                            GenerationParams(max_tokens=8), **chat_kw)
+                            GenerationParams(max_tokens=8), sensitivity=sensitivity, **chat_kw)
                 for i in range(n)))
         finally:
             await client.aclose()
@@ -72,7 +72,7 @@ def test_client_errors_are_not_retried():
             client = ChatClient({"fake": Endpoint(_model(server.base_url), server.base_url)})
             # stream=True is refused by the fake with a 400; we send it through extra params.
             r = await client.chat("fake", [{"role": "user", "content": "x"}],
-                                  GenerationParams(extra={"stream": True}))
+                                  GenerationParams(extra={"stream": True}), sensitivity="public")
             await client.aclose()
             return r
         result = asyncio.run(go())
@@ -117,6 +117,7 @@ def test_missing_api_key_is_a_row_not_a_crash(monkeypatch):
     model = _model("http://127.0.0.1:9/v1", api_key_env="EVALCLUSTER_TEST_KEY")
 
     async def go():
-        return await ChatClient({"fake": Endpoint(model, model.base_url)}).chat("fake", [{"role": "user", "content": "x"}])
+        return await ChatClient({"fake": Endpoint(model, model.base_url)}).chat(
+            "fake", [{"role": "user", "content": "x"}], sensitivity="public")
     result = asyncio.run(go())
     assert result.status == "error" and "EVALCLUSTER_TEST_KEY" in result.error

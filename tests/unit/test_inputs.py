@@ -182,7 +182,16 @@ def test_dedupe_on_context(tmp_path):
     )
     contexts, report = read_contexts(dataset(path, dedupe_on="context"))
     assert contexts["context_id"].tolist() == ["1", "2"]
-    assert bad_rows(report) == [(3, "id", "duplicate context")]
+    assert bad_rows(report) == [(3, "context", "duplicate context")]
+
+
+def test_duplicate_ids_are_refused_even_when_deduplicating_on_context(tmp_path):
+    """Regression: with dedupe_on=context two rows with one id were both kept (two calls, one key)."""
+    path = tmp_path / "in.csv"
+    pd.DataFrame({"id": ["1", "1"], "context": ["first words", "second words"]}).to_csv(path, index=False)
+    contexts, report = read_contexts(dataset(path, dedupe_on="context"))
+    assert contexts["context_id"].tolist() == ["1"]
+    assert bad_rows(report) == [(2, "id", "duplicate id")]
 
 
 def test_no_id_column_uses_row_numbers(tmp_path):
