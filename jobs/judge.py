@@ -37,6 +37,14 @@ from serving.governance import check_all
 log = logging.getLogger("jobs.judge")
 
 
+def _without_keys(obj: Any, keys: set[str]) -> Any:
+    if isinstance(obj, dict):
+        return {k: _without_keys(v, keys) for k, v in obj.items() if k not in keys}
+    if isinstance(obj, list):
+        return [_without_keys(v, keys) for v in obj]
+    return obj
+
+
 class JudgeStage(ChatStage):
     """One judgment per (context, responder, judge) row, with a bounded repair conversation."""
 
@@ -48,6 +56,10 @@ class JudgeStage(ChatStage):
         self.table = JUDGMENTS
         self.rubric = load_rubric(rubric)
         self.response_format = self.rubric.json_schema()
+        # Hosted engines enforce maxLength through grammars; external APIs' strict JSON modes
+        # reject it (OpenAI's structured outputs list it as unsupported), so they get a copy
+        # without it.
+        self.external_format = _without_keys(self.response_format, {"maxLength", "minLength"})
         self.max_repairs = max_repairs
         self.run_id = run_id
         self.params = {n: ep.model.params(overrides) for n, ep in self.client._endpoints.items()}
@@ -66,7 +78,9 @@ class JudgeStage(ChatStage):
         parsed = None
         result = None
         for round_ in range(self.max_repairs + 1):
-            result = await self.client.chat(judge, messages, params, response_format=self.response_format,
+            fmt = self.external_format if self.client.endpoint(judge).model.locality == "external" \
+                else self.response_format
+            result = await self.client.chat(judge, messages, params, response_format=fmt,
                                             sensitivity=self.sensitivity, request_key=key)
             attempts += result.attempts
             latency += result.latency_s
@@ -138,7 +152,11 @@ def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
         raise ConfigError("no judges: set judges=[model,...] (model files in conf/model/)")
     from jobs.rubric import load_rubric
 
-    load_rubric(cfg.rubric)  # fail early on a bad rubric file
+    rubric = load_rubric(cfg.rubric)  # fail early on a bad rubric file
+    unknown = [c for c in [*rubric.attribute_names, "css", "ars", "overall"] if c not in JUDGMENTS.columns]
+    if unknown:
+        raise ConfigError(f"rubric {cfg.rubric!r} scores {unknown}, which the judgments table has no "
+                          "column for: add them to jobs/schemas.py JUDGMENTS")
     judges = [load_model(name, search_dirs) for name in cfg.judges]
     run_dir = Path(cfg.run_dir)
     responses = TableStore(run_dir, RESPONSES).read()
@@ -146,19 +164,30 @@ def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
         return _plan_without_responses(cfg, judges)
     if responses.empty:
         raise ConfigError(f"no responses in {run_dir / RESPONSES.name}: run jobs.generate on this run_dir first")
+    made_from = sorted(set(responses["dataset"].dropna()))
+    if made_from and made_from != [cfg.dataset.name]:
+        # Contexts are joined by id and governance is checked on this dataset: judging responses
+        # of another dataset would pair them with the wrong texts and the wrong sensitivity.
+        raise ConfigError(
+            f"the responses in {run_dir} were generated from dataset(s) {made_from}, but this "
+            f"judge run is configured with dataset {cfg.dataset.name!r}: pass "
+            f"dataset={made_from[0]} (and the same dataset.* overrides as the generate run)"
+        )
     contexts, _ = read_contexts(cfg.dataset)
     check_all(judges, cfg.dataset.sensitivity, cfg.dataset.name)
 
     store = TableStore(run_dir, JUDGMENTS, writer=True)
     if cfg.retry_failed and not cfg.dry_run:
-        dropped = store.drop_failed()
+        planned, _ = plan_judgments(responses, contexts, cfg.judges, cfg.responders, set())
+        dropped = store.drop_failed(set(zip(planned["context_id"], planned["responder"], planned["judge"])))
         if dropped:
             print(f"resume: {dropped} judgment(s) that failed or did not parse will be asked again", flush=True)
     done = store.existing_keys()
     todo, missing_ctx = plan_judgments(responses, contexts, cfg.judges, cfg.responders, done)
     if missing_ctx:
-        print(f"warning: {missing_ctx} response(s) whose context is not in dataset {cfg.dataset.name!r} "
-              "were not judged", file=sys.stderr)
+        print(f"warning: {missing_ctx} response(s) were not judged: their context ids are not among "
+              f"the {len(contexts)} usable rows of dataset {cfg.dataset.name!r} (a smaller "
+              "dataset.limit than the generate run?)", file=sys.stderr)
     print(f"judge {run_dir}: {len(todo)} judgment(s) to request from {len(judges)} judge(s), "
           f"{len(done)} already written", flush=True)
     if cfg.dry_run or todo.empty:

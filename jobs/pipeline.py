@@ -24,6 +24,17 @@ def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
     from jobs import generate, judge
 
     started = time.perf_counter()
+    if cfg.ratings:
+        # Validate the ratings block now, not after hours of generation and judging.
+        from pydantic import ValidationError
+
+        from jobs.config import ConfigError, _explain
+        from jobs.import_ratings import RatingsImportConfig
+
+        try:
+            RatingsImportConfig(**cfg.ratings)
+        except ValidationError as exc:
+            raise ConfigError(f"ratings: {_explain(exc)}") from exc
     steps = [("generate", generate.run), ("judge", judge.run)]
     for name, step in steps:
         print(f"== {name} ==", flush=True)

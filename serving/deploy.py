@@ -117,6 +117,8 @@ def ensure(models: list[ModelConfig], cfg: ServingConfig) -> dict[str, Endpoint]
     running is not redeployed, so concurrent jobs and re-runs share the same replicas.
     """
     hosted = [m for m in models if m.provider == "serve"]
+    if hosted and cfg.deploy and any(m.engine == "vllm" for m in hosted):
+        _check_running_vllm_app(hosted, cfg)
     if hosted and not cfg.deploy:
         _wait_ready(hosted, cfg, check_apps=False)
     elif hosted:
@@ -141,6 +143,26 @@ def ensure(models: list[ModelConfig], cfg: ServingConfig) -> dict[str, Endpoint]
             _ensure_vllm(gpu, running)
         _wait_ready(hosted, cfg)
     return {m.name: Endpoint(model=m, base_url=base_url(m, cfg)) for m in models}
+
+
+def _check_running_vllm_app(models: list[ModelConfig], cfg: ServingConfig) -> None:
+    """A running vLLM app is reused as is: refuse at once if it lacks a model we need."""
+    import json
+
+    if VLLM_APP not in _running_apps():
+        return
+    url = f"http://{cfg.host}:{cfg.port}/{VLLM_APP}/v1/models"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            served = {m["id"] for m in json.loads(resp.read())["data"]}
+    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError, KeyError):
+        return  # not answering yet: the readiness wait reports it
+    missing = [m.name for m in models if m.engine == "vllm" and m.name not in served]
+    if missing:
+        raise RuntimeError(
+            f"the running vLLM app serves {sorted(served)} but not {missing}; redeploy it with all "
+            f"the models (`serve delete {VLLM_APP}` then run the job again), or use another cluster"
+        )
 
 
 def _ensure_vllm(models: list[ModelConfig], running: dict[str, str]) -> None:
@@ -176,7 +198,11 @@ def _main() -> None:
         try:
             cluster = ClusterConfig(**data["cluster"])
             serving = ServingConfig(**data["serving"])
-            models = [load_model(n, hydra_search_dirs()) for n in data["models"]]
+            names = data["models"]
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise ConfigError(f"models must be a list of model file names, e.g. models=[gemma3-270m]; "
+                                  f"got {names!r}")
+            models = [load_model(n, hydra_search_dirs()) for n in names]
         except (ConfigError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(2)
