@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
