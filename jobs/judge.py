@@ -177,13 +177,14 @@ def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
     check_all(judges, cfg.dataset.sensitivity, cfg.dataset.name)
 
     store = TableStore(run_dir, JUDGMENTS, writer=True)
+    planned, missing_ctx = plan_judgments(responses, contexts, cfg.judges, cfg.responders, set())
+    keys = list(zip(planned["context_id"], planned["responder"], planned["judge"]))
     if cfg.retry_failed and not cfg.dry_run:
-        planned, _ = plan_judgments(responses, contexts, cfg.judges, cfg.responders, set())
-        dropped = store.drop_failed(set(zip(planned["context_id"], planned["responder"], planned["judge"])))
+        dropped = store.drop_failed(set(keys))
         if dropped:
             print(f"resume: {dropped} judgment(s) that failed or did not parse will be asked again", flush=True)
     done = store.existing_keys()
-    todo, missing_ctx = plan_judgments(responses, contexts, cfg.judges, cfg.responders, done)
+    todo = planned[[k not in done for k in keys]].reset_index(drop=True)
     if missing_ctx:
         print(f"warning: {missing_ctx} response(s) were not judged: their context ids are not among "
               f"the {len(contexts)} usable rows of dataset {cfg.dataset.name!r} (a smaller "
