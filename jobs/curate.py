@@ -393,25 +393,15 @@ def _write_single(store: TableStore, rows: pd.DataFrame, path: Path, sensitivity
 def label_rows(todo: pd.DataFrame, cfg: CurateConfig, model: ModelConfig, sensitivity: str,
                store: TableStore, run_id: str) -> dict[str, int]:
     """Send `todo` through the labeler on Ray Data (connect and host it first)."""
-    from cluster.connect import connect
-    from jobs.runner import run_stage
-    from jobs.stage import endpoints_to_spec
-    from serving.deploy import ensure
+    from jobs.runner import run_model_stage
 
-    print(connect(cfg.cluster), flush=True)
-    endpoints = ensure([model], cfg.serving)
-    print(f"  labeler {model.name}: {endpoints[model.name].base_url}", flush=True)
-    workers = cfg.cluster.stage_workers
-    return run_stage(
-        todo, LabelStage,
-        dict(endpoints=endpoints_to_spec(endpoints), concurrency_share=1.0 / workers,
-             sensitivity=sensitivity, labeler=model.name, taxonomy=cfg.taxonomy.model_dump(),
+    return run_model_stage(
+        todo, [model], LabelStage,
+        dict(labeler=model.name, taxonomy=cfg.taxonomy.model_dump(),
              labeling=cfg.labeling.model_dump(), run_id=run_id),
-        store, workers=workers, worker_num_cpus=cfg.cluster.stage_num_cpus,
-        rows_in_flight=model.concurrency, rows_per_task=cfg.rows_per_task,
-        flush_every_s=cfg.flush_every_s, desc="label",
+        store, sensitivity=sensitivity, cluster=cfg.cluster, serving=cfg.serving,
+        rows_per_task=cfg.rows_per_task, flush_every_s=cfg.flush_every_s, desc="label",
     )
-
 
 def run(cfg: CurateConfig, search_dirs: list[Path]) -> int:
     """The job (see the module docstring); returns the exit code."""

@@ -43,12 +43,6 @@ def plan_rows(contexts: pd.DataFrame, models: list[str], done: set[tuple[str, ..
     return pd.DataFrame(rows, columns=["context_id", "context", "model"])
 
 
-def stage_workers(requested: int, models: list) -> int:
-    """Model-call workers, at most the smallest concurrency limit: each worker gets
-    `limit // workers` (at least 1) of every model, which must not add up past the limit."""
-    return max(1, min([requested, *(m.concurrency for m in models)]))
-
-
 def plan_text(models: list, todo: pd.DataFrame, overrides: dict) -> str:
     """What a run would do: calls and token budget per model, and what it asks the cluster for."""
     lines = [f"  {'model':<30} {'calls':>7} {'max out tokens':>15} {'in flight':>9}  hosting"]
@@ -131,38 +125,16 @@ def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
     if todo.empty:
         return 0
 
-    from cluster.connect import connect
-    from jobs.runner import run_stage
-    from jobs.stage import GenerateStage, endpoints_to_spec
-    from serving.deploy import ensure
+    from jobs.runner import run_model_stage
+    from jobs.stage import GenerateStage
 
-    print(connect(cfg.cluster), flush=True)
-    endpoints = ensure(models, cfg.serving)
-    for name, ep in endpoints.items():
-        print(f"  {name}: {ep.base_url}", flush=True)
-    workers = stage_workers(cfg.cluster.stage_workers, models)
-    counts = run_stage(
-        todo,
-        GenerateStage,
-        dict(
-            endpoints=endpoints_to_spec(endpoints),
-            concurrency_share=1.0 / workers,
-            sensitivity=cfg.dataset.sensitivity,
-            table=RESPONSES,
-            system=cfg.prompt.system_text(),
-            user_template=cfg.prompt.user_text(),
-            prompt_version=cfg.prompt.version,
-            generation_overrides=cfg.generation,
-            dataset=cfg.dataset.name,
-            run_id=run_dir.name,
-        ),
-        store,
-        workers=workers,
-        worker_num_cpus=cfg.cluster.stage_num_cpus,
-        rows_in_flight=sum(m.concurrency for m in models),
-        rows_per_task=cfg.rows_per_task,
-        flush_every_s=cfg.flush_every_s,
-        desc="generate",
+    counts = run_model_stage(
+        todo, models, GenerateStage,
+        dict(table=RESPONSES, system=cfg.prompt.system_text(), user_template=cfg.prompt.user_text(),
+             prompt_version=cfg.prompt.version, generation_overrides=cfg.generation,
+             dataset=cfg.dataset.name, run_id=run_dir.name),
+        store, sensitivity=cfg.dataset.sensitivity, cluster=cfg.cluster, serving=cfg.serving,
+        rows_per_task=cfg.rows_per_task, flush_every_s=cfg.flush_every_s, desc="generate",
     )
     print(f"done: {counts['ok']} ok, {counts['failed']} failed; responses in {store.dir}", flush=True)
     return 0

@@ -194,23 +194,14 @@ def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
     if cfg.dry_run or todo.empty:
         return 0
 
-    from cluster.connect import connect
-    from jobs.generate import stage_workers
-    from jobs.runner import run_stage
-    from jobs.stage import endpoints_to_spec
-    from serving.deploy import ensure
+    from jobs.runner import run_model_stage
 
-    print(connect(cfg.cluster), flush=True)
-    endpoints = ensure(judges, cfg.serving)
-    workers = stage_workers(cfg.cluster.stage_workers, judges)
-    counts = run_stage(
-        todo, JudgeStage,
-        dict(endpoints=endpoints_to_spec(endpoints), concurrency_share=1.0 / workers,
-             sensitivity=cfg.dataset.sensitivity, rubric=cfg.rubric, overrides=cfg.judge_generation,
-             max_repairs=cfg.max_repairs, run_id=run_dir.name),
-        store, workers=workers, worker_num_cpus=cfg.cluster.stage_num_cpus,
-        rows_in_flight=sum(j.concurrency for j in judges), rows_per_task=cfg.rows_per_task,
-        flush_every_s=cfg.flush_every_s, desc="judge",
+    counts = run_model_stage(
+        todo, judges, JudgeStage,
+        dict(rubric=cfg.rubric, overrides=cfg.judge_generation, max_repairs=cfg.max_repairs,
+             run_id=run_dir.name),
+        store, sensitivity=cfg.dataset.sensitivity, cluster=cfg.cluster, serving=cfg.serving,
+        rows_per_task=cfg.rows_per_task, flush_every_s=cfg.flush_every_s, desc="judge",
     )
     table = store.read()
     by_status = table["status"].value_counts().to_dict()

@@ -20,6 +20,47 @@ from jobs.schemas import STATUS_OK
 from jobs.store import TableStore
 
 
+def stage_workers(requested: int, models: list) -> int:
+    """Model-call workers, at most the smallest concurrency limit: each worker gets
+    `limit // workers` (at least 1) of every model, which must not add up past the limit."""
+    return max(1, min([requested, *(m.concurrency for m in models)]))
+
+
+def run_model_stage(
+    rows: pd.DataFrame,
+    models: list,
+    stage_cls: type,
+    stage_kwargs: dict[str, Any],
+    store: TableStore,
+    *,
+    sensitivity: str,
+    cluster: Any,
+    serving: Any,
+    rows_per_task: int,
+    flush_every_s: float,
+    desc: str,
+) -> dict[str, int]:
+    """What every model-calling job does: connect to Ray, host `models` (or reach them), and run
+    `stage_cls` over `rows` with each model's concurrency limit split across the workers."""
+    from cluster.connect import connect
+    from jobs.stage import endpoints_to_spec
+    from serving.deploy import ensure
+
+    print(connect(cluster), flush=True)
+    endpoints = ensure(models, serving)
+    for name, ep in endpoints.items():
+        print(f"  {name}: {ep.base_url}", flush=True)
+    workers = stage_workers(cluster.stage_workers, models)
+    return run_stage(
+        rows, stage_cls,
+        dict(endpoints=endpoints_to_spec(endpoints), concurrency_share=1.0 / workers,
+             sensitivity=sensitivity, **stage_kwargs),
+        store, workers=workers, worker_num_cpus=cluster.stage_num_cpus,
+        rows_in_flight=sum(m.concurrency for m in models), rows_per_task=rows_per_task,
+        flush_every_s=flush_every_s, desc=desc,
+    )
+
+
 def run_stage(
     rows: pd.DataFrame,
     stage_cls: type,

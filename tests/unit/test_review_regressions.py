@@ -79,7 +79,7 @@ def test_judge_refuses_responses_of_another_dataset(tmp_path):
 
 def test_stage_workers_never_exceed_the_smallest_concurrency_limit():
     """4 workers x max(1, 2 // 4) put 4 calls in flight to a model whose limit is 2."""
-    from jobs.generate import stage_workers
+    from jobs.runner import stage_workers
 
     models = [load_model(n, [REPO_ROOT / "conf"]) for n in ("gemma3-270m", "gpt-4o")]
     assert stage_workers(8, models) == min(m.concurrency for m in models)
