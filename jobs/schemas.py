@@ -1,8 +1,12 @@
 """The typed schema of every output table, defined once.
 
 Writers (`jobs/`) cast their rows to these schemas; readers (`analysis/`) import the column
-names from here. Every table carries its key columns, the model's name, the prompt version,
-the generation parameters, token usage, latency, a `status` and an `error` text.
+names from here. Every table carries its key columns, the model's name, the prompt or rubric
+version, the generation parameters, token usage, latency, a `status` and an `error` text.
+
+`SCORES` is the one table every judge of every method writes to, LLM or human: one row per
+(subject, judge, rubric, item). The subject is whatever is judged (a response, a dialogue, a
+session, a pair of answers); the item is one line of the rubric.
 """
 
 from __future__ import annotations
@@ -11,10 +15,19 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-# Status values shared by every table.
-STATUS_OK = "ok"
-STATUS_ERROR = "error"
-STATUS_PARSE_ERROR = "parse_error"
+from serving.client import STATUS_ERROR, STATUS_OK
+
+# Status values shared by every table (`ok` and `error` are the client's, for calls).
+STATUS_PARSE_ERROR = "parse_error"  # the answer held no readable value for this item
+STATUS_INVALID = "invalid"          # a value outside the item's range: recorded, never clipped
+STATUSES = (STATUS_OK, STATUS_ERROR, STATUS_PARSE_ERROR, STATUS_INVALID)
+
+JUDGE_TYPE_LLM = "llm"
+JUDGE_TYPE_HUMAN = "human"
+HUMAN_RESPONDER = "human"  # a dataset's human reference answer, written as one more responder
+
+# Kinds of subject a score is about (`SCORES.subject_type`).
+SUBJECT_RESPONSE = "response"
 
 
 @dataclass(frozen=True)
@@ -29,8 +42,14 @@ class Table:
     def columns(self) -> list[str]:
         return self.schema.names
 
+    def column(self, name: str) -> str:
+        """`name`, checked: a reader that asks for a column the table lacks fails at once."""
+        if name not in self.schema.names:
+            raise KeyError(f"table {self.name!r} has no column {name!r}; it has {self.columns}")
+        return name
 
-_CALL_FIELDS = [
+
+CALL_FIELDS = [
     pa.field("status", pa.string(), nullable=False),
     pa.field("error", pa.string()),
     pa.field("attempts", pa.int32()),
@@ -40,11 +59,16 @@ _CALL_FIELDS = [
     pa.field("finish_reason", pa.string()),
 ]
 
-_GENERATION_FIELDS = [
+GENERATION_FIELDS = [
     pa.field("temperature", pa.float64()),
     pa.field("top_p", pa.float64()),
     pa.field("max_tokens", pa.int64()),
     pa.field("seed", pa.int64()),
+]
+
+_RUN_FIELDS = [
+    pa.field("run_id", pa.string()),
+    pa.field("created_at", pa.timestamp("us", tz="UTC")),
 ]
 
 RESPONSES = Table(
@@ -59,31 +83,25 @@ RESPONSES = Table(
             pa.field("prompt_version", pa.string()),
             pa.field("response", pa.string()),
             pa.field("reasoning", pa.string()),
-            *_CALL_FIELDS,
-            *_GENERATION_FIELDS,
-            pa.field("run_id", pa.string()),
-            pa.field("created_at", pa.timestamp("us", tz="UTC")),
+            *CALL_FIELDS,
+            *GENERATION_FIELDS,
+            *_RUN_FIELDS,
         ]
     ),
 )
 
-# MentalBench-10's seven attributes (1-5 Likert) and their two aggregates. conf/rubric/
-# mentalbench.yaml holds their anchors; a test checks that both name the same attributes.
-CSS_ATTRIBUTES = ("Guidance", "Informativeness", "Relevance", "Safety")
-ARS_ATTRIBUTES = ("Empathy", "Helpfulness", "Understanding")
-MENTALBENCH_ATTRIBUTES = CSS_ATTRIBUTES + ARS_ATTRIBUTES
-HUMAN_RESPONDER = "human"  # the human reference answer, treated as one more responder
-JUDGE_TYPE_LLM = "llm"
-JUDGE_TYPE_HUMAN = "human"
-
+# The inputs a run used. `jobs.generate` writes the contexts it read (so the run directory
+# stands alone: later jobs and `analysis` never re-read the source dataset); `jobs.curate`
+# writes curated ones with labels and a split.
 CONTEXTS = Table(
     name="contexts",
     key=("context_id",),
     schema=pa.schema(
         [
             pa.field("context_id", pa.string(), nullable=False),
-            pa.field("source", pa.string(), nullable=False),
+            pa.field("source", pa.string(), nullable=False),  # the dataset's name
             pa.field("source_id", pa.string()),
+            pa.field("sensitivity", pa.string()),  # public | restricted; missing reads as restricted
             pa.field("context", pa.string(), nullable=False),
             pa.field("human_response", pa.string()),
             pa.field("context_words", pa.int64()),
@@ -91,35 +109,46 @@ CONTEXTS = Table(
             pa.field("labels", pa.list_(pa.string())),
             pa.field("labeler", pa.string()),
             pa.field("split", pa.string()),
-            *_CALL_FIELDS,
-            pa.field("run_id", pa.string()),
-            pa.field("created_at", pa.timestamp("us", tz="UTC")),
+            *CALL_FIELDS,
+            *_RUN_FIELDS,
         ]
     ),
 )
 
-JUDGMENTS = Table(
-    name="judgments",
-    key=("context_id", "responder", "judge"),
+# One row per (subject, judge, rubric, item). The rows of one judge call share the call fields
+# (status `error` on every item when the call failed; the raw answer and the explanation on
+# each); count calls with `drop_duplicates(list(SCORES_CALL_KEY))`. `score` is set only when
+# the item's value was valid (status ok); `answer` keeps the value as the judge wrote it.
+SCORES = Table(
+    name="scores",
+    key=("subject_type", "subject_id", "judge", "rubric", "item"),
     schema=pa.schema(
         [
-            pa.field("context_id", pa.string(), nullable=False),
-            pa.field("responder", pa.string(), nullable=False),
+            pa.field("subject_type", pa.string(), nullable=False),
+            pa.field("subject_id", pa.string(), nullable=False),
             pa.field("judge", pa.string(), nullable=False),
-            pa.field("judge_type", pa.string()),  # "llm" or "human"
+            pa.field("rubric", pa.string(), nullable=False),
+            pa.field("item", pa.string(), nullable=False),
+            pa.field("context_id", pa.string()),   # the input the subject answers (context, profile, card)
+            pa.field("responder", pa.string()),    # who produced the subject (a model, "human", "a|b")
+            pa.field("judge_type", pa.string()),   # JUDGE_TYPE_LLM or JUDGE_TYPE_HUMAN
+            pa.field("evaluator_role", pa.string()),  # the rubric's role: judge, client, supervisor, ...
             pa.field("rubric_version", pa.string()),
-            *[pa.field(a, pa.float64()) for a in MENTALBENCH_ATTRIBUTES],
-            pa.field("overall", pa.float64()),
-            pa.field("css", pa.float64()),
-            pa.field("ars", pa.float64()),
+            pa.field("score", pa.float64()),
+            pa.field("answer", pa.string()),
             pa.field("explanation", pa.string()),
             pa.field("raw", pa.string()),
-            *_CALL_FIELDS,
-            *_GENERATION_FIELDS,
-            pa.field("run_id", pa.string()),
-            pa.field("created_at", pa.timestamp("us", tz="UTC")),
+            *CALL_FIELDS,
+            *GENERATION_FIELDS,
+            *_RUN_FIELDS,
         ]
     ),
 )
+SCORES_CALL_KEY = SCORES.key[:-1]  # one judge call (or one rating row) scores every item at once
 
-TABLES = {t.name: t for t in (RESPONSES, CONTEXTS, JUDGMENTS)}
+TABLES = {t.name: t for t in (RESPONSES, CONTEXTS, SCORES)}
+
+
+def response_subject_id(context_id: str, responder: str) -> str:
+    """The subject id of one response: the responses table's key, joined."""
+    return f"{context_id}|{responder}"

@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from typing import Iterable
-
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - registers pa.compute
@@ -35,13 +33,32 @@ class TableStore:
     def parts(self) -> list[Path]:
         return sorted(self.dir.glob("part-*.parquet"))
 
-    def existing_keys(self) -> set[tuple[str, ...]]:
+    def existing_keys(self, columns: tuple[str, ...] | None = None) -> set[tuple[str, ...]]:
+        """The keys written so far, or their projection on `columns` (e.g. a judge call's key)."""
+        columns = columns or self.table.key
         keys: set[tuple[str, ...]] = set()
         for part in self.parts():
-            t = pq.read_table(part, columns=list(self.table.key))
-            cols = [t.column(k).to_pylist() for k in self.table.key]
-            keys.update(zip(*cols))
+            t = pq.read_table(part, columns=list(columns))
+            keys.update(zip(*(t.column(k).to_pylist() for k in columns)))
         return keys
+
+    def drop(self, keys: set[tuple[str, ...]], columns: tuple[str, ...]) -> int:
+        """Remove every row whose `columns` are in `keys` (e.g. all items of judge calls that
+        will be asked again), part by part as `drop_failed` does. Returns the rows dropped."""
+        if not keys:
+            return 0
+        dropped = 0
+        for part in self.parts():
+            t = pq.read_table(part, schema=self.table.schema)
+            hit = pa.array([k in keys for k in zip(*(t.column(c).to_pylist() for c in columns))], pa.bool_())
+            n_hit = pa.compute.sum(hit).as_py() or 0
+            if not n_hit:
+                continue
+            dropped += n_hit
+            if n_hit < t.num_rows:
+                self.append(t.filter(pa.compute.invert(hit)))
+            part.unlink()
+        return dropped
 
     def drop_failed(self, keys: set[tuple[str, ...]] | None = None) -> int:
         """Remove rows whose status is not `ok`, so a resumed run sends them again.
@@ -107,7 +124,3 @@ def read_table(run_dir: str | Path, table: Table) -> pd.DataFrame:
     """Read one table of a run (what `analysis/` uses)."""
     return TableStore(run_dir, table).read()
 
-
-def iter_parts(paths: Iterable[Path]) -> Iterable[pa.Table]:
-    for p in paths:
-        yield pq.read_table(p)

@@ -157,6 +157,11 @@ class ChatClient:
         self._clients: dict[str, Any] = {}
         self._semaphores: dict[str, asyncio.Semaphore] = {}
 
+    @property
+    def models(self) -> list[str]:
+        """The names of the models this client can call."""
+        return list(self._endpoints)
+
     def limit(self, model: str) -> int:
         return max(1, int(self._endpoints[model].model.concurrency * self._share))
 

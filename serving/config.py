@@ -59,6 +59,20 @@ class GenerationParams(_Strict):
         return GenerationParams(**data, extra=extra)
 
 
+class GenerationOverrides(_Strict):
+    """A job's overrides of its models' sampling defaults; a field left None keeps the model's."""
+
+    temperature: float | None = Field(None, ge=0.0, le=2.0, description="Sampling temperature.")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    max_tokens: int | None = Field(None, ge=1, description="Maximum completion tokens.")
+    seed: int | None = Field(None, description="Sampling seed, where the engine honors it.")
+    stop: list[str] | None = Field(None, description="Stop sequences.")
+    extra: dict[str, Any] | None = Field(None, description="Engine-specific fields, added to the model's.")
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
 class Resources(_Strict):
     """What one replica of a served model asks the cluster for."""
 
@@ -169,8 +183,10 @@ class ModelConfig(_Strict):
                 )
         return self
 
-    def params(self, overrides: dict[str, Any] | None) -> GenerationParams:
+    def params(self, overrides: "GenerationOverrides | dict[str, Any] | None") -> GenerationParams:
         """This model's sampling parameters with a job's overrides, except its locked ones."""
+        if isinstance(overrides, GenerationOverrides):
+            overrides = overrides.as_dict()
         allowed = {k: v for k, v in (overrides or {}).items() if k not in self.locked_params}
         return self.generation.merged(allowed)
 

@@ -1,23 +1,24 @@
-"""Read a judge's answer into scores, the way real judges write it.
+"""Read an evaluator's answer into item scores, the way real judges write it.
 
 Real answers (see ../shared/data/mentalbench-10/judge_raw_sample.jsonl) are JSON, often inside
 ```json fences, sometimes after a line of prose, sometimes with unescaped quotes inside the
 explanation; values may be strings ("4"), non-integers (4.7, mostly in `Overall`) or words
 ("X", "Excellent"). This module accepts every spelling that *holds* a score and refuses to invent
-one that does not:
+one that does not. Each item gets its own result (`ItemResult`):
 
-- each rubric attribute becomes a float, or None when it is absent, holds no number ("N/A",
-  "X", null, "") or is out of the rubric's range (0, 7): then the status is `parse_error` and
-  `error` names every such attribute and its value;
-- the judge's own overall (`Overall`) is kept apart: absent is fine, a non-number or an
-  out-of-range value becomes None with a warning, never a parse error (the analysis uses the
-  rubric's computed aggregates; the reported overall is informational);
-- keys are matched case-, space- and punctuation-insensitively (`"guidance "`, `"GUIDANCE"`,
-  `"Guidance_score"` is *not* matched: only the bare name and a few score wrappers are).
+- `ok` with the score when the value is one number within the item's own range;
+- `parse_error` when it is absent or holds no number ("N/A", "X", null, "");
+- `invalid` when it is a number outside the item's range (0 or 7 on 1-5): recorded with the
+  value as written, never clipped, never counted as a score.
+
+The answer is `ok` when every required item is; an optional item (a value the evaluator reports
+beside the rubric, e.g. MentalBench's `Overall`) never fails an answer. Keys are matched case-,
+space- and punctuation-insensitively (`"guidance "`, `"GUIDANCE"`; `"Guidance_score"` is *not*
+matched: only the bare name and a few score wrappers are).
 
 Parsing order: each JSON object found in the text (fenced blocks first, then every balanced
 `{...}`) is read strictly, then leniently (trailing commas, Python literals / single quotes);
-the object naming the most attributes wins (the last one on ties, so an answer that echoes the
+the object naming the most items wins (the last one on ties, so an answer that echoes the
 template's `X` before its real ratings is read by its ratings). If no object can be read, the
 `"Key": value` pairs are picked out of the text itself (this reads JSON whose explanation holds
 unescaped quotes), and last of all `Key: value` lines (`- **Guidance**: 4`).
@@ -32,8 +33,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.rubric import Rubric
-from jobs.schemas import STATUS_OK, STATUS_PARSE_ERROR
+from jobs.rubric.model import Item, Rubric
+from jobs.schemas import STATUS_INVALID, STATUS_OK, STATUS_PARSE_ERROR
 
 _FENCE_RE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\r?\n?(.*?)```", re.S)
 _THINK_RE = re.compile(r"<think>.*?</think>", re.S | re.I)
@@ -47,19 +48,34 @@ _WRAPPER_KEYS = ("score", "rating", "value")
 
 
 @dataclass
-class ParsedJudgment:
-    """One answer, read. `scores` maps every rubric attribute to a float or None (never a default)."""
+class ItemResult:
+    """One item of one answer: the valid score, or why there is none."""
 
-    scores: dict[str, float | None]
-    overall: float | None = None  # the judge's own overall, as reported
+    item: str
+    score: float | None          # set only when the value is valid
+    answer: str | None           # the value as the evaluator wrote it (None: absent)
+    status: str                  # ok | parse_error (no readable number) | invalid (out of range)
+    error: str | None = None
+
+
+@dataclass
+class ParsedAnswer:
+    """One answer, read. `items` has a result for every required item and for every optional
+    one the answer mentions; `status` is ok when every required item is."""
+
+    items: dict[str, ItemResult]
     explanation: str | None = None
-    status: str = STATUS_OK  # "ok" | "parse_error"
+    status: str = STATUS_OK
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.status == STATUS_OK
+
+    @property
+    def scores(self) -> dict[str, float | None]:
+        return {k: r.score for k, r in self.items.items()}
 
 
 # --- values ---------------------------------------------------------------------------------------
@@ -72,6 +88,16 @@ def coerce_score(value: Any, lo: float, hi: float) -> tuple[float | None, str | 
     be `hi`), and a number followed by a digit-free remark ("4 (good)"). Refuses booleans, NaN,
     ranges ("3-4"), words ("N/A", "Excellent"), empty values and anything out of range.
     """
+    num, why = read_number(value, lo, hi)
+    if num is None:
+        return None, why
+    if not lo <= num <= hi:
+        return None, f"{num:g} is out of range {lo:g}-{hi:g}"
+    return num, None
+
+
+def read_number(value: Any, lo: float, hi: float) -> tuple[float | None, str | None]:
+    """The one number `value` holds, whatever its range, or `(None, why)` (see `coerce_score`)."""
     if value is None:
         return None, "null"
     if isinstance(value, bool):
@@ -80,21 +106,33 @@ def coerce_score(value: Any, lo: float, hi: float) -> tuple[float | None, str | 
         num = float(value)
         if not math.isfinite(num):
             return None, f"{value!r} is not a number"
-    elif isinstance(value, str):
+        return num, None
+    if isinstance(value, str):
         s = value.strip()
         if not s:
             return None, "empty"
         m = _SCORE_TEXT_RE.match(s)
         if not m or (m.group("rest") and re.search(r"\d", m.group("rest"))):
             return None, f"{value!r} is not a number"
-        num = float(m.group("num"))
         if m.group("den") is not None and float(m.group("den")) != hi:
             return None, f"{value!r} is not on the {lo:g}-{hi:g} scale"
-    else:
-        return None, f"{value!r} ({type(value).__name__}) is not a number"
-    if not lo <= num <= hi:
-        return None, f"{num:g} is out of range {lo:g}-{hi:g}"
-    return num, None
+        return float(m.group("num")), None
+    return None, f"{value!r} ({type(value).__name__}) is not a number"
+
+
+def judge_item(value: Any, item: Item, present: bool = True) -> ItemResult:
+    """Validate one item's value: ok, parse_error (absent, no number) or invalid (out of range).
+    An invalid score is recorded as such with the value as written, never clipped."""
+    if not present:
+        return ItemResult(item.name, None, None, STATUS_PARSE_ERROR, f"{item.name} missing")
+    answer = None if value is None else str(value)
+    num, why = read_number(value, item.min, item.max)
+    if num is None:
+        return ItemResult(item.name, None, answer, STATUS_PARSE_ERROR, f"{item.name}: {why}")
+    if not item.contains(num):
+        return ItemResult(item.name, None, answer, STATUS_INVALID,
+                          f"{item.name}: {num:g} is out of range {item.min}-{item.max}")
+    return ItemResult(item.name, num, answer, STATUS_OK)
 
 
 def _norm_key(k: Any) -> str:
@@ -235,15 +273,20 @@ def _explanation_from_text(text: str, key: str) -> str | None:
 # --- the parser -----------------------------------------------------------------------------------
 
 
-def parse_judgment(raw: str | None, rubric: Rubric) -> ParsedJudgment:
-    """Read one raw judge answer. Never raises on bad input; never invents a score."""
-    names = list(rubric.attribute_names)
-    empty = {a: None for a in names}
+def parse_answer(raw: str | None, rubric: Rubric) -> ParsedAnswer:
+    """Read one raw answer against a rubric. Never raises on bad input; never invents a score."""
+    names = list(rubric.item_names)
+    required = [it for it in rubric.items if it.required]
+
+    def nothing(why: str) -> ParsedAnswer:
+        return ParsedAnswer(items={it.name: ItemResult(it.name, None, None, STATUS_PARSE_ERROR, why)
+                                   for it in required}, status=STATUS_PARSE_ERROR, error=why)
+
     if raw is None or not str(raw).strip():
-        return ParsedJudgment(scores=empty, status=STATUS_PARSE_ERROR, error="empty answer: no scores")
+        return nothing("empty answer: no scores")
     text = _THINK_RE.sub("", str(raw)).strip()
     if not text:
-        return ParsedJudgment(scores=empty, status=STATUS_PARSE_ERROR, error="answer holds only reasoning: no scores")
+        return nothing("answer holds only reasoning: no scores")
 
     wanted = {_norm_key(a) for a in names}
     candidates = [m.group(1) for m in _FENCE_RE.finditer(text)] + _balanced_objects(text)
@@ -257,63 +300,48 @@ def parse_judgment(raw: str | None, rubric: Rubric) -> ParsedJudgment:
         if hits >= best_hits:
             best, best_hits = obj, hits
 
-    extra_keys = [k for k in (rubric.overall_field, rubric.explanation_field) if k]
+    keys = names + ([rubric.explanation_field] if rubric.explanation_field else [])
     via = "json"
     if best is not None:
         by_norm: dict[str, Any] = {}
         for k, v in best.items():
             by_norm.setdefault(_norm_key(k), v)  # first spelling of a key wins over later variants
-        values = {k: _unwrap(by_norm[_norm_key(k)]) for k in names + extra_keys if _norm_key(k) in by_norm}
-        explanation = values.get(rubric.explanation_field)
+        values = {k: _unwrap(by_norm[_norm_key(k)]) for k in keys if _norm_key(k) in by_norm}
+        explanation = values.get(rubric.explanation_field) if rubric.explanation_field else None
         if explanation is None:
-            for alias in ("justification", "rationale", "reason", "reasoning"):
+            for alias in ("explanation", "justification", "rationale", "reason", "reasoning"):
                 if alias in by_norm and isinstance(by_norm[alias], str):
                     explanation = by_norm[alias]
                     break
     else:
-        values = _pairs_from_text(text, names + extra_keys)
+        values = _pairs_from_text(text, keys)
         via = "text"
         if not any(a in values for a in names):
-            values = _lines_from_text(text, names + extra_keys)
+            values = _lines_from_text(text, keys)
             via = "lines"
-        explanation = _explanation_from_text(text, rubric.explanation_field) or values.get(rubric.explanation_field)
+        explanation = (_explanation_from_text(text, rubric.explanation_field) or values.get(rubric.explanation_field)
+                       if rubric.explanation_field else None)
 
-    if not any(a in values for a in names):
+    if not any(a in values for a in rubric.required_items):
         snippet = re.sub(r"\s+", " ", text)[:120]
-        return ParsedJudgment(
-            scores=empty, status=STATUS_PARSE_ERROR,
-            error=f"no {rubric.method} scores found in the answer (starts {snippet!r})",
-        )
+        return nothing(f"no {rubric.name} scores found in the answer (starts {snippet!r})")
 
-    lo, hi = rubric.scale.min, rubric.scale.max
-    scores: dict[str, float | None] = {}
-    problems: list[str] = []
-    for a in names:
-        if a not in values:
-            scores[a] = None
-            problems.append(f"{a} missing")
-            continue
-        score, why = coerce_score(values[a], lo, hi)
-        scores[a] = score
-        if why is not None:
-            problems.append(f"{a}: {why}")
-
+    items: dict[str, ItemResult] = {}
     warnings: list[str] = []
     if via != "json":
         warnings.append(f"not valid JSON; scores read from the {'quoted keys' if via == 'text' else 'lines'} of the text")
-    overall = None
-    if rubric.overall_field and rubric.overall_field in values:
-        overall, why = coerce_score(values[rubric.overall_field], lo, hi)
-        if why is not None:
-            warnings.append(f"{rubric.overall_field}: {why} (ignored)")
+    for it in rubric.items:
+        if it.required or it.name in values:
+            items[it.name] = judge_item(values.get(it.name), it, present=it.name in values)
+            if not it.required and items[it.name].status != STATUS_OK:
+                warnings.append(f"{items[it.name].error} (a reported value, not a rubric score)")
     if explanation is not None and not isinstance(explanation, str):
         explanation = str(explanation)
+    problems = [items[i].error for i in rubric.required_items if items[i].status != STATUS_OK]
     if problems:
-        return ParsedJudgment(
-            scores=scores, overall=overall, explanation=explanation, status=STATUS_PARSE_ERROR,
-            error="; ".join(problems), warnings=warnings,
-        )
-    return ParsedJudgment(scores=scores, overall=overall, explanation=explanation, warnings=warnings)
+        return ParsedAnswer(items=items, explanation=explanation, status=STATUS_PARSE_ERROR,
+                            error="; ".join(problems), warnings=warnings)  # type: ignore[arg-type]
+    return ParsedAnswer(items=items, explanation=explanation, warnings=warnings)
 
 
 def repair_prompt(
@@ -324,19 +352,18 @@ def repair_prompt(
 ) -> list[dict[str, str]]:
     """Messages for one bounded repair retry: re-emit the same ratings as valid JSON only.
 
-    `prompt` is what the judge was asked: the conversation so far (a list of messages, as sent) or
-    the rendered judge prompt (a string). Then the judge sees its own answer as its turn and can
-    also supply a rating it left out. Without it, the previous answer is quoted in one user message.
+    `prompt` is what the evaluator was asked: the conversation so far (a list of messages, as
+    sent) or the rendered prompt (a string). Then it sees its own answer as its turn and can also
+    supply a rating it left out. Without it, the previous answer is quoted in one user message.
     """
-    template = {a: f"<integer {rubric.scale.min}-{rubric.scale.max}>" for a in rubric.attribute_names}
-    if rubric.overall_field:
-        template[rubric.overall_field] = f"<number {rubric.scale.min}-{rubric.scale.max}>"
-    template[rubric.explanation_field] = "<one sentence>"
+    template = {it.name: f"<{'integer' if it.integer else 'number'} {it.min}-{it.max}>" for it in rubric.items}
+    if rubric.explanation_field:
+        template[rubric.explanation_field] = "<one sentence>"
     instructions = (
         f"Your previous answer could not be used: {error or 'it was not valid JSON'}.\n"
         "Re-emit your evaluation as ONE valid JSON object and nothing else: no prose, no code fences, "
         "no comments. Keep every rating you already gave that was valid; give each missing or invalid "
-        f"one a whole number from {rubric.scale.min} to {rubric.scale.max}. Use exactly these keys:\n"
+        "one a whole number within its range. Use exactly these keys:\n"
         + json.dumps(template, indent=2)
     )
     if prompt is not None:
