@@ -14,7 +14,7 @@ import os
 import pandas as pd
 import pytest
 
-from jobs.config import REPO_ROOT, load_model
+from serving.configfiles import REPO_ROOT, load_model
 from jobs.judge import JudgeStage
 from jobs.schemas import MENTALBENCH_ATTRIBUTES
 from jobs.stage import endpoints_to_spec

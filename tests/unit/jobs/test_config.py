@@ -11,8 +11,9 @@ import hydra
 import pytest
 from omegaconf import OmegaConf
 
-from jobs.config import ConfigError, GenerateConfig, load_model, validate
-from tests.conftest import ROOT, fake_model_yaml, run_job, write_model_dir
+from jobs.config import ChainConfig, ConfigError, GenerateConfig, JudgeConfig, validate
+from serving.configfiles import load_model
+from tests.conftest import ROOT, run_job, write_model_dir
 
 CONF = ROOT / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
@@ -43,7 +44,7 @@ def test_defaults_compose_and_validate(tmp_path):
     assert cfg.dataset.sensitivity == "public"
     assert cfg.run_dir == str(tmp_path / "run")
     assert cfg.experiment == "generate_demo"
-    assert cfg.generation == {"max_tokens": 128}
+    assert cfg.generation.as_dict() == {"max_tokens": 128}
     assert cfg.dry_run is False
     # The prompt file the default config names exists and holds the context placeholder.
     assert "{context}" in cfg.prompt.user_text() or "{user_concern}" in cfg.prompt.user_text()
@@ -103,89 +104,29 @@ def test_empty_model_list_is_rejected(tmp_path):
 
 @pytest.mark.parametrize("name", EXPERIMENTS or [pytest.param(None, marks=pytest.mark.skip(reason="no conf/experiment/*.yaml"))])
 def test_every_experiment_composes_and_validates(name, tmp_path):
-    cfg = compose_and_validate(f"experiment={name}", tmp_path=tmp_path)
-    assert cfg.models
+    """Each job of the chain takes its own keys from an experiment file; nothing is left over."""
+    data = compose(f"experiment={name}", run_dir=tmp_path / "run")
+    cfg = validate(data, ChainConfig, "pipeline config")
+    assert validate(data, JudgeConfig).judges == cfg.judges
+    assert cfg.method and cfg.models
     for model in cfg.models:  # every model an experiment names has a file
         assert load_model(model, [CONF]).name == model
 
 
-# --- load_model ---------------------------------------------------------------------------------
+def test_each_job_keeps_its_own_keys_and_refuses_unknown_ones(tmp_path):
+    """One experiment drives the chain: generate ignores the judge's keys, not a typo."""
+    data = compose("experiment=mentalbench_demo", run_dir=tmp_path / "run")
+    gen = validate(data, GenerateConfig)
+    assert not hasattr(gen, "judges") and gen.include_human
+    assert validate(data, ChainConfig).ratings.context_id_prefix == "release:"
+    with pytest.raises(ConfigError, match="judgez.*unknown key"):
+        validate({**data, "judgez": []}, GenerateConfig)
 
 
-def test_load_bundled_model():
-    m = load_model("gemma3-270m", [CONF])
-    assert m.name == "gemma3-270m"
-    assert m.provider == "serve" and m.engine == "llamacpp" and m.locality == "local"
-
-
-def test_unknown_model_lists_known_models_and_searchpath():
-    with pytest.raises(ConfigError) as err:
-        load_model("nope", [CONF])
-    msg = str(err.value)
-    assert "unknown model 'nope'" in msg
-    assert "gemma3-270m" in msg and "gpt-4o" in msg
-    assert "hydra.searchpath" in msg
-
-
-def _write(dir_: Path, name: str, text: str) -> Path:
-    (dir_ / "model").mkdir(parents=True, exist_ok=True)
-    path = dir_ / "model" / f"{name}.yaml"
-    path.write_text(text)
-    return path
-
-
-@pytest.mark.parametrize(
-    "text, key, words",
-    [
-        # provider serve without an engine: the model-level validator names the fix
-        (
-            "display_name: Bad\nfamily: x\nprovider: serve\nsource: x/y\nlocality: local\n",
-            "engine",
-            "provider 'serve'",
-        ),
-        (fake_model_yaml("bad", FAKE_URL, contxt_len=4096), "contxt_len", "unknown key"),
-        (fake_model_yaml("bad", FAKE_URL, generation={"temperature": 5}), "generation.temperature", "less than or equal to 2"),
-        (fake_model_yaml("bad", FAKE_URL, resources={"min_replicas": 3, "max_replicas": 1}), "min_replicas", "max_replicas"),
-    ],
-)
-def test_bad_model_file_names_file_and_key(text, key, words, tmp_path):
-    path = _write(tmp_path, "bad", text)
-    with pytest.raises(ConfigError) as err:
-        load_model("bad", [tmp_path, CONF])
-    msg = str(err.value)
-    assert str(path) in msg
-    assert key in msg
-    assert words in msg
-
-
-def test_model_file_that_is_not_a_mapping(tmp_path):
-    path = _write(tmp_path, "bad", "- just\n- a list\n")
-    with pytest.raises(ConfigError, match="expected a mapping") as err:
-        load_model("bad", [tmp_path])
-    assert str(path) in str(err.value)
-
-
-def test_model_file_with_invalid_yaml(tmp_path):
-    path = _write(tmp_path, "bad", "display_name: [unclosed\n")
-    with pytest.raises(ConfigError, match="not valid YAML") as err:
-        load_model("bad", [tmp_path])
-    assert str(path) in str(err.value)
-
-
-def test_searchpath_dir_extends_models(tmp_path):
-    write_model_dir(tmp_path, "extra", FAKE_URL, concurrency=3)
-    m = load_model("extra", [tmp_path, CONF])
-    assert m.name == "extra" and m.concurrency == 3 and m.base_url == FAKE_URL
-    # The bundled models stay loadable next to it.
-    assert load_model("gpt-4o", [tmp_path, CONF]).concurrency == 32
-    with pytest.raises(ConfigError, match="extra"):  # listed as a known model when missing
-        load_model("nope", [tmp_path, CONF])
-
-
-def test_first_search_dir_shadows_a_bundled_model(tmp_path):
-    write_model_dir(tmp_path, "gpt-4o", FAKE_URL, concurrency=3)
-    assert load_model("gpt-4o", [tmp_path, CONF]).concurrency == 3
-    assert load_model("gpt-4o", [CONF, tmp_path]).concurrency == 32
+def test_the_demo_imports_the_shipped_ratings_slice(tmp_path):
+    cfg = validate(compose("experiment=mentalbench_demo", run_dir=tmp_path / "run"), ChainConfig)
+    assert cfg.ratings.rubric == cfg.rubric == "mentalbench"
+    assert (ROOT / cfg.ratings.path).is_file() and cfg.ratings.responder_map["original_human_response"] == "human"
 
 
 # --- the real entrypoint (a subprocess: hydra_search_dirs needs a @hydra.main run) -------------

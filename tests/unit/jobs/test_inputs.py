@@ -12,6 +12,10 @@ import yaml
 from jobs.config import ConfigError, DatasetConfig
 from jobs.inputs import read_contexts
 from tests.conftest import ROOT
+import pyarrow as pa
+import pyarrow.parquet as pq
+from jobs.config import ColumnMapping, ConfigError, DatasetConfig
+from jobs.inputs import SENSITIVITY_METADATA_KEY, read_contexts
 
 
 def dataset(path: Path, context="context", id="id", human_response=None, **kw) -> DatasetConfig:
@@ -335,3 +339,15 @@ def test_full_counselchat(shared_data):
     first = raw.drop_duplicates("questionID", keep="first")
     assert contexts["context_id"].tolist() == first["questionID"].tolist()
     assert contexts["human_response"].tolist() == first["answerText"].tolist()
+
+
+def test_a_file_marked_restricted_is_never_read_as_public(tmp_path):
+    """Curated contexts holding Psych8k rows were read as public and could reach an external API."""
+    path = tmp_path / "contexts.parquet"
+    table = pa.table({"context_id": ["1"], "context": ["I cannot sleep at night."]})
+    pq.write_table(table.replace_schema_metadata({SENSITIVITY_METADATA_KEY: b"restricted"}), path)
+    ds = dict(name="curated", path=str(path), columns=ColumnMapping(id="context_id", context="context"))
+    with pytest.raises(ConfigError, match="restricted.*dataset.sensitivity=restricted"):
+        read_contexts(DatasetConfig(**ds, sensitivity="public"))
+    contexts, _ = read_contexts(DatasetConfig(**ds, sensitivity="restricted"))
+    assert len(contexts) == 1

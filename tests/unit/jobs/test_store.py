@@ -200,3 +200,28 @@ def test_drop_failed_after_crash_leaves_one_row_per_key(store, monkeypatch):
     assert store.drop_failed() == 1
     df = store.read()
     assert df["context_id"].tolist() == ["1"] and (df["status"] == STATUS_OK).all()
+
+
+def test_drop_failed_only_touches_the_keys_this_run_redoes(tmp_path):
+    """A judge run for gpt-4o deleted an o4-mini error row it would never redo: a lost row."""
+    store = TableStore(tmp_path, RESPONSES, writer=True)
+    store.append([{"context_id": "1", "model": "a", "status": "error", "error": "x"},
+                  {"context_id": "1", "model": "b", "status": "error", "error": "y"},
+                  {"context_id": "2", "model": "a", "status": "ok"}])
+    assert store.drop_failed({("1", "a")}) == 1
+    rows = store.read().set_index(["context_id", "model"])["status"].to_dict()
+    assert rows == {("1", "b"): "error", ("2", "a"): "ok"}
+
+
+def test_drop_removes_every_row_of_the_named_calls_and_keeps_the_rest(tmp_path):
+    """A judge call is several item rows: asking it again must remove all of them, no others."""
+    from jobs.schemas import SCORES, SCORES_CALL_KEY
+
+    store = TableStore(tmp_path, SCORES, writer=True)
+    base = {"subject_type": "response", "rubric": "r", "status": "ok"}
+    store.append([{**base, "subject_id": s, "judge": j, "item": i}
+                  for s in ("1|a", "2|a") for j in ("g", "h") for i in ("x", "y")])
+    assert store.drop({("response", "1|a", "g", "r")}, SCORES_CALL_KEY) == 2
+    left = store.existing_keys(SCORES_CALL_KEY)
+    assert left == {("response", "1|a", "h", "r"), ("response", "2|a", "g", "r"), ("response", "2|a", "h", "r")}
+    assert len(store.read()) == 6

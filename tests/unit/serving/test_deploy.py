@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from jobs.config import REPO_ROOT, load_model
+from serving.configfiles import REPO_ROOT, load_model
 from serving.deploy import ServingConfig, base_url, ensure
 
 

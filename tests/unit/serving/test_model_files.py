@@ -17,7 +17,7 @@ import yaml
 from serving.config import ModelConfig
 from serving.vllm_app import build_llm_config, build_vllm_app, llm_config_kwargs
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 MODEL_DIR = REPO_ROOT / "conf" / "model"
 MODEL_FILES = sorted(MODEL_DIR.glob("*.yaml"))
 

@@ -1,20 +1,45 @@
-"""`jobs.rubric`: the MentalBench-10 rubric as data, its JSON schema, prompt and aggregates."""
+"""`jobs.rubric.model`: rubrics as data (the MentalBench file and a toy scale with per-item
+ranges, a sum aggregate and a pass threshold), their JSON schema, prompt and aggregates."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
 import jsonschema
+import pandas as pd
 import pytest
 import yaml
 
-from jobs.config import ConfigError
 from jobs.rubric import Rubric, load_rubric
-from jobs.schemas import ARS_ATTRIBUTES, CSS_ATTRIBUTES, MENTALBENCH_ATTRIBUTES
+from serving.configfiles import ConfigError
 from tests.conftest import ROOT
 
 RUBRIC_FILE = ROOT / "conf" / "rubric" / "mentalbench.yaml"
+CSS = ("Guidance", "Informativeness", "Relevance", "Safety")
+ARS = ("Empathy", "Helpfulness", "Understanding")
+
+TOY = {
+    "version": "toy-v1",
+    "evaluator_role": "supervisor",
+    "subject": "session",
+    "items": [
+        {"name": "warmth", "definition": "How warm.", "min": 0, "max": 2, "anchors": {0: "cold", 1: "ok", 2: "warm"}},
+        {"name": "focus", "definition": "How focused.", "min": 0, "max": 4, "anchors": "0 = none ... 4 = sharp"},
+        {"name": "safety", "definition": "How safe.", "min": 1, "max": 5},
+    ],
+    "aggregates": {"total": {"items": ["warmth", "focus", "safety"], "how": "sum", "pass_above": 6},
+                   "mean": ["warmth", "focus"]},
+    "placeholders": ["transcript"],
+    "prompt": "Rate this session:\n{transcript}\nAnswer in JSON.",
+}
+
+
+def write_rubric(tmp_path: Path, data: dict, name: str = "toy") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -22,34 +47,23 @@ def rubric() -> Rubric:
     return load_rubric("mentalbench")
 
 
-def good_answer(**over) -> dict:
-    answer = {a: 4 for a in MENTALBENCH_ATTRIBUTES}
-    answer.update(Overall=4.3, Explanation="Warm and specific, with clear next steps.")
-    answer.update(over)
-    return answer
+@pytest.fixture
+def toy(tmp_path) -> Rubric:
+    return load_rubric(str(write_rubric(tmp_path, TOY)))
 
 
-# --- the file ------------------------------------------------------------------------------------
+# --- the MentalBench file --------------------------------------------------------------------------
 
 
-def test_loads_by_name_and_by_path(rubric):
-    assert rubric.version == "mentalbench-judge-v1"
-    assert rubric.method == "mentalbench"
-    assert (rubric.scale.min, rubric.scale.max) == (1, 5)
+def test_mentalbench_file_loads_by_name_and_by_path(rubric):
+    assert (rubric.name, rubric.version, rubric.method) == ("mentalbench", "mentalbench-judge-v1", "mentalbench")
+    assert rubric.required_items == CSS + ARS
+    assert rubric.group("CSS") == CSS and rubric.group("ARS") == ARS
+    assert {k: (a.items, a.how) for k, a in rubric.aggregates.items()} == {"css": (list(CSS), "mean"),
+                                                                            "ars": (list(ARS), "mean")}
+    overall = rubric.item("Overall")
+    assert not overall.required and not overall.integer and (overall.min, overall.max) == (1, 5)
     assert load_rubric(str(RUBRIC_FILE)) == rubric
-
-
-def test_attribute_names_and_groups_match_schemas(rubric):
-    assert rubric.attribute_names == MENTALBENCH_ATTRIBUTES
-    assert tuple(a.name for a in rubric.attributes if a.group == "CSS") == CSS_ATTRIBUTES
-    assert tuple(a.name for a in rubric.attributes if a.group == "ARS") == ARS_ATTRIBUTES
-    assert rubric.aggregates == {
-        "css": list(CSS_ATTRIBUTES),
-        "ars": list(ARS_ATTRIBUTES),
-        "overall": list(MENTALBENCH_ATTRIBUTES),
-    }
-    assert rubric.explanation_field == "Explanation"
-    assert rubric.overall_field == "Overall"
 
 
 def test_header_names_source_and_license():
@@ -74,45 +88,19 @@ def _prompt_rubric(text: str) -> dict[str, tuple[str, dict[int, str]]]:
 
 
 def test_definitions_and_anchors_are_the_prompt_text_verbatim(rubric):
-    text = (ROOT / rubric.prompt_file).read_text(encoding="utf-8")
-    from_prompt = _prompt_rubric(text)
-    assert list(from_prompt) == list(MENTALBENCH_ATTRIBUTES)
-    for a in rubric.attributes:
-        definition, anchors = from_prompt[a.name]
-        assert a.definition == definition, a.name
-        assert a.anchors == anchors, a.name
-        assert sorted(a.anchors) == [1, 2, 3, 4, 5]
+    from_prompt = _prompt_rubric(rubric.prompt_text())
+    assert tuple(from_prompt) == rubric.required_items
+    for name in rubric.required_items:
+        item = rubric.item(name)
+        assert (item.definition, item.anchors) == from_prompt[name], name
 
 
-def test_prompt_matches_the_shared_source_prompt(rubric, shared_data):
+def test_prompt_is_the_shared_source_prompt(rubric, shared_data):
     source = (shared_data / "mentalbench-10" / "prompts" / "judge_prompt.txt").read_text(encoding="utf-8")
     assert rubric.prompt_text() == source
 
 
-# --- validation ----------------------------------------------------------------------------------
-
-
-def _data() -> dict:
-    return yaml.safe_load(RUBRIC_FILE.read_text(encoding="utf-8"))
-
-
-def _write(tmp_path: Path, data: dict) -> Path:
-    p = tmp_path / "r.yaml"
-    p.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    p_prompt = ROOT / data["prompt_file"]
-    assert p_prompt.is_file()
-    return p
-
-
-def test_mentalbench_rubric_must_name_the_schema_attributes(tmp_path):
-    data = _data()
-    data["attributes"][0]["name"] = "Direction"
-    data["aggregates"]["css"][0] = "Direction"
-    data["aggregates"]["overall"][0] = "Direction"
-    with pytest.raises(ConfigError, match=r"r\.yaml.*MENTALBENCH_ATTRIBUTES"):
-        load_rubric(_write(tmp_path, data))
-    data["method"] = "other"  # another method may name its attributes as it likes
-    assert load_rubric(_write(tmp_path, data)).attribute_names[0] == "Direction"
+# --- validation -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -120,19 +108,21 @@ def test_mentalbench_rubric_must_name_the_schema_attributes(tmp_path):
     [
         (lambda d: d.update(colour="red"), r"`colour`: unknown key"),
         (lambda d: d.pop("version"), r"`version`: required key is missing"),
-        (lambda d: d["attributes"][2]["anchors"].pop(3), r"attributes\.Relevance\.anchors"),
-        (lambda d: d["aggregates"].update(css=["Guidance", "Nope"]), r"aggregates\.css"),
-        (lambda d: d.update(scale={"min": 5, "max": 1}), r"scale"),
-        (lambda d: d.update(prompt_file="conf/prompts/absent.txt"), r"`prompt_file`"),
+        (lambda d: d["items"][0]["anchors"].pop(1), r"items\.warmth\.anchors"),
+        (lambda d: d["items"][2].pop("min"), r"items\.safety: no range"),
+        (lambda d: d["items"][1].update(min=4, max=0), r"items\.focus: min \(4\) must be below max"),
+        (lambda d: d["aggregates"].update(total={"items": ["warmth", "nope"], "how": "sum"}), r"aggregates\.total"),
+        (lambda d: d["aggregates"]["total"].update(pass_at_least=3), r"pass_above or pass_at_least"),
+        (lambda d: d.update(prompt="no placeholder here"), r"placeholders \['\{transcript\}'\]"),
+        (lambda d: (d.pop("prompt"), d.update(prompt_file="absent.txt")), r"`prompt_file`.*absent\.txt.*not found"),
     ],
 )
 def test_errors_name_the_file_and_the_key(tmp_path, mutate, match):
-    data = _data()
+    data = yaml.safe_load(yaml.safe_dump(TOY))
     mutate(data)
-    path = tmp_path / "r.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    path = write_rubric(tmp_path, data)
     with pytest.raises(ConfigError, match=match) as exc:
-        load_rubric(path)
+        load_rubric(str(path))
     assert str(path) in str(exc.value)
 
 
@@ -141,76 +131,77 @@ def test_unknown_rubric_name_lists_known_ones():
         load_rubric("no-such-rubric")
 
 
-# --- asking --------------------------------------------------------------------------------------
+def test_rubrics_are_found_on_the_search_path_and_shadow_bundled_ones(tmp_path):
+    (tmp_path / "rubric").mkdir()
+    write_rubric(tmp_path / "rubric", {**TOY, "version": "mine"}, name="mentalbench")
+    assert load_rubric("mentalbench", [tmp_path, ROOT / "conf"]).version == "mine"
+    assert load_rubric("mentalbench", [ROOT / "conf"]).version == "mentalbench-judge-v1"
 
 
-def test_json_schema_accepts_a_good_answer_and_refuses_bad_ones(rubric):
-    schema = rubric.answer_schema()
+# --- asking ---------------------------------------------------------------------------------------
+
+
+def test_json_schema_has_each_items_own_range(toy):
+    schema = toy.answer_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
-    validator = jsonschema.Draft202012Validator(schema)
-    assert not list(validator.iter_errors(good_answer()))
-    assert schema["required"] == [*MENTALBENCH_ATTRIBUTES, "Overall", "Explanation"]
-    assert schema["additionalProperties"] is False
-    for a in MENTALBENCH_ATTRIBUTES:
-        assert schema["properties"][a]["type"] == "integer"
-        assert schema["properties"][a]["enum"] == [1, 2, 3, 4, 5]
-    assert schema["properties"]["Overall"]["type"] == "number"
-    assert schema["properties"]["Explanation"]["maxLength"] == rubric.explanation_max_length
-    bad = [
-        good_answer(Guidance=7),  # out of range
-        good_answer(Safety=0),
-        good_answer(Empathy=4.5),  # not an integer
-        good_answer(Relevance="4"),  # a string
-        {k: v for k, v in good_answer().items() if k != "Understanding"},  # missing
-        good_answer(Extra=1),  # additional property
-        good_answer(Explanation="x" * (rubric.explanation_max_length + 1)),
-    ]
-    for answer in bad:
-        assert list(validator.iter_errors(answer)), answer
-
-
-def test_json_schema_is_the_strict_response_format(rubric):
-    rf = rubric.json_schema()
-    assert rf["type"] == "json_schema"
-    assert rf["json_schema"]["strict"] is True
-    assert re.fullmatch(r"[A-Za-z0-9_-]{1,64}", rf["json_schema"]["name"])
-    assert rf["json_schema"]["schema"] == rubric.answer_schema()
-    assert rubric.response_format() == rf
-    # What the OpenAI-compatible routes accept (serving.protocol).
+    v = jsonschema.Draft202012Validator(schema)
+    good = {"warmth": 2, "focus": 4, "safety": 1, "Explanation": "fine"}
+    assert not list(v.iter_errors(good))
+    assert [p["enum"] for p in schema["properties"].values() if "enum" in p] == [[0, 1, 2], [0, 1, 2, 3, 4], [1, 2, 3, 4, 5]]
+    for bad in ({**good, "warmth": 3}, {**good, "safety": 0}, {**good, "focus": 2.5}, {**good, "extra": 1}):
+        assert list(v.iter_errors(bad)), bad
+    rf = toy.json_schema()
+    assert rf["json_schema"]["strict"] is True and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", rf["json_schema"]["name"])
     from serving.protocol import ResponseFormat
 
-    assert ResponseFormat(**rf).json_schema.schema_ == rubric.answer_schema()
+    assert ResponseFormat(**rf).json_schema.schema_ == schema
 
 
-def test_render_prompt_replaces_placeholders_without_format(rubric):
-    ctx = "I feel {stuck} and my {response} is odd"
-    resp = 'Try this: {"a": 1}'
-    text = rubric.render_prompt(ctx, resp)
-    assert f'Context:\n"{ctx}"' in text
-    assert f'Response to evaluate:\n"{resp}"' in text
-    assert '"Guidance": X,' in text  # the JSON example's braces are intact
-    assert text.count("{response}") == 1  # only the one inside the context, not substituted again
-    assert "{context}" not in text
+def test_mentalbench_schema_asks_every_item_and_the_reported_overall(rubric):
+    schema = rubric.answer_schema()
+    assert schema["required"] == [*CSS, *ARS, "Overall", "Explanation"]
+    assert schema["properties"]["Overall"]["type"] == "number"
+    assert schema["properties"]["Explanation"]["maxLength"] == rubric.explanation_max_length
 
 
-# --- aggregates ----------------------------------------------------------------------------------
+def test_render_fills_named_placeholders_once_and_keeps_json_braces(rubric, toy):
+    ctx, resp = "I feel {stuck} and my {response} is odd", 'Try this: {"a": 1}'
+    text = rubric.render_prompt({"context": ctx, "response": resp})
+    assert f'Context:\n"{ctx}"' in text and f'Response to evaluate:\n"{resp}"' in text
+    assert '"Guidance": X,' in text and text.count("{response}") == 1 and "{context}" not in text
+    assert toy.messages({"transcript": "T: hi"}) == [{"role": "user", "content": "Rate this session:\nT: hi\nAnswer in JSON."}]
+    with pytest.raises(KeyError, match="transcript"):
+        toy.render_prompt({"context": "x"})
 
 
-def test_aggregate_means(rubric):
-    scores = dict(zip(MENTALBENCH_ATTRIBUTES, [5, 4, 3, 2, 1, 2, 4]))
-    agg = rubric.aggregate(scores)
-    assert agg["css"] == pytest.approx((5 + 4 + 3 + 2) / 4)
-    assert agg["ars"] == pytest.approx((1 + 2 + 4) / 3)
-    assert agg["overall"] == pytest.approx(21 / 7)
+def test_a_rubric_without_a_prompt_gets_one_built_from_its_items(tmp_path):
+    data = {k: v for k, v in TOY.items() if k != "prompt"}
+    r = load_rubric(str(write_rubric(tmp_path, data)))
+    text = r.render_prompt({"transcript": "T: hello"})
+    assert "supervisor" in text and "T: hello" in text
+    assert "- focus (0-4): How focused. [0 = none ... 4 = sharp]" in text
+    assert "- warmth (0-2): How warm. [0 = cold; 1 = ok; 2 = warm]" in text
 
 
-def test_aggregate_is_missing_when_a_member_is(rubric):
-    scores = dict(zip(MENTALBENCH_ATTRIBUTES, [5, 4, 3, 2, 1, 2, 4]))
-    agg = rubric.aggregate({**scores, "Empathy": None})
-    assert agg["css"] == pytest.approx(3.5)
-    assert agg["ars"] is None and agg["overall"] is None
-    agg = rubric.aggregate({**scores, "Safety": float("nan")})
-    assert agg["css"] is None and agg["overall"] is None and agg["ars"] == pytest.approx(7 / 3)
-    agg = rubric.aggregate({k: v for k, v in scores.items() if k != "Guidance"})
-    assert agg["css"] is None
-    assert rubric.aggregate({**scores, "Guidance": 4.5})["css"] == pytest.approx((4.5 + 4 + 3 + 2) / 4)
+# --- aggregates -----------------------------------------------------------------------------------
+
+
+def test_mean_aggregates_skip_missing_items(rubric):
+    scores = dict(zip(CSS + ARS, [5, 4, 3, 2, 1, 2, 4]))
+    assert rubric.aggregate(scores) == pytest.approx({"css": 3.5, "ars": 7 / 3})
+    agg = rubric.aggregate({**scores, "Empathy": None, "Safety": float("nan")})
+    assert agg["css"] == pytest.approx(4.0) and agg["ars"] == pytest.approx(3.0)
+    assert rubric.aggregate({}) == {"css": None, "ars": None}
+
+
+def test_sum_aggregate_fails_on_a_missing_item_and_pass_is_strictly_above(toy):
+    assert toy.aggregate({"warmth": 2, "focus": 4, "safety": 1}) == {"total": 7.0, "mean": 3.0}
+    assert toy.aggregate({"warmth": 2, "focus": None, "safety": 5})["total"] is None
+    wide = pd.DataFrame([{"warmth": 2, "focus": 4, "safety": 1},     # 7 > 6: pass
+                         {"warmth": 1, "focus": 4, "safety": 1},     # 6: not above 6
+                         {"warmth": 2, "focus": None, "safety": 5}])  # a hole: no total, no verdict
+    out = toy.aggregate_frame(wide)
+    assert out["total"].tolist()[:2] == [7.0, 6.0] and math.isnan(out["total"][2])
+    assert out["total_pass"].tolist()[:2] == [True, False] and out["total_pass"].isna()[2]
+    assert out["mean"].tolist() == pytest.approx([3.0, 2.5, 2.0])
+    assert "mean_pass" not in out
