@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     args = ap.parse_args()
 
-    from jobs.config import load_model
+    from serving.configfiles import load_model
 
     model = load_model("gemma3-270m", [REPO / "conf"])
     texts = prompts(args.prompts)

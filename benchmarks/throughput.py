@@ -70,7 +70,8 @@ def job(base_url: str, n: int, concurrency: int, rows_per_task: int | None = Non
     from cluster.connect import connect
     from jobs.runner import run_stage
     from jobs.schemas import RESPONSES
-    from jobs.stage import GenerateStage, endpoints_to_spec
+    from jobs.generate import GenerateStage
+    from jobs.stage import endpoints_to_spec
     from jobs.store import TableStore
     from serving.client import Endpoint
     from serving.config import ModelConfig
@@ -89,7 +90,7 @@ def job(base_url: str, n: int, concurrency: int, rows_per_task: int | None = Non
         counts = run_stage(
             rows, GenerateStage,
             dict(endpoints=endpoints_to_spec({"fake": Endpoint(model, base_url)}), concurrency_share=1.0,
-                 sensitivity="public", table=RESPONSES, system=None, user_template="{context}",
+                 sensitivity="public", system=None, user_template="{context}",
                  prompt_version="bench", generation_overrides={"max_tokens": 16}, dataset="bench", run_id="bench"),
             store, workers=1, worker_num_cpus=0.25, rows_in_flight=concurrency,
             rows_per_task=rows_per_task or concurrency, flush_every_s=2.0, desc=f"job c={concurrency}",

@@ -11,25 +11,85 @@ The method, as the code runs it:
 4. connect to Ray and make sure every named model is hosted (Serve) or reachable (API);
 5. send every remaining pair through the model-call stage on Ray Data, all in flight together
    up to each model's concurrency limit, writing rows as they finish.
+The contexts it used are written to `RUN_DIR/contexts/`, so later jobs and the analysis read
+the run directory alone, never the source dataset again.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import hydra
 import pandas as pd
 from omegaconf import DictConfig
 
-from jobs.config import GenerateConfig, load_model, run_entrypoint
+from jobs.config import GenerateConfig, run_entrypoint
 from jobs.inputs import read_contexts
-from jobs.schemas import HUMAN_RESPONDER, RESPONSES, STATUS_ERROR, STATUS_OK
+from jobs.runner import plan_text, run_model_stage
+from jobs.schemas import CONTEXTS, HUMAN_RESPONDER, RESPONSES, STATUS_ERROR, STATUS_OK
+from jobs.stage import ChatStage
 from jobs.store import TableStore
+from serving.config import GenerationParams
+from serving.configfiles import load_model
 from serving.governance import check_all
 
 log = logging.getLogger("jobs.generate")
+
+
+def render_user(template: str, context: str) -> str:
+    """The user turn for one context: `{context}` (or `{user_concern}`, MentalBench's spelling)
+    replaced. str.replace, not str.format: prompts may contain literal braces."""
+    return template.replace("{context}", context).replace("{user_concern}", context)
+
+
+class GenerateStage(ChatStage):
+    """One response per (context, model) row."""
+
+    table = RESPONSES
+
+    def __init__(self, endpoints: dict[str, dict[str, Any]], concurrency_share: float, sensitivity: str,
+                 system: str | None, user_template: str, prompt_version: str,
+                 generation_overrides: dict[str, Any], dataset: str, run_id: str):
+        super().__init__(endpoints, concurrency_share, sensitivity)
+        self.system = system
+        self.user_template = user_template
+        self.prompt_version = prompt_version
+        self.dataset = dataset
+        self.run_id = run_id
+        self.params: dict[str, GenerationParams] = {
+            name: self.client.endpoint(name).model.params(generation_overrides) for name in self.client.models
+        }
+
+    def messages(self, context: str) -> list[dict[str, str]]:
+        head = [{"role": "system", "content": self.system}] if self.system else []
+        return head + [{"role": "user", "content": render_user(self.user_template, context)}]
+
+    async def process_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        model = row["model"]
+        params = self.params[model]
+        result = await self.client.chat(model, self.messages(row["context"]), params,
+                                        sensitivity=self.sensitivity, request_key=f"{row['context_id']}|{model}")
+        if result.ok and not (result.content or "").strip():
+            # Nothing to evaluate (e.g. the budget ran out inside <think>): a failure with its
+            # reason, never an empty "ok" answer that a judge would then score.
+            result.status = STATUS_ERROR
+            result.error = (f"empty answer after reasoning removal (finish_reason="
+                            f"{result.finish_reason}, {result.completion_tokens} completion tokens)")
+        return {
+            "context_id": row["context_id"], "model": model,
+            "model_display": self.client.endpoint(model).model.display_name,
+            "dataset": self.dataset, "prompt_version": self.prompt_version,
+            "response": result.content, "reasoning": result.reasoning,
+            "status": result.status, "error": result.error, "attempts": result.attempts,
+            "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+            "latency_s": result.latency_s, "finish_reason": result.finish_reason,
+            "temperature": params.temperature, "top_p": params.top_p, "max_tokens": params.max_tokens,
+            "seed": params.seed, "run_id": self.run_id, "created_at": datetime.now(timezone.utc),
+        }
 
 
 def plan_rows(contexts: pd.DataFrame, models: list[str], done: set[tuple[str, ...]]) -> pd.DataFrame:
@@ -43,26 +103,20 @@ def plan_rows(contexts: pd.DataFrame, models: list[str], done: set[tuple[str, ..
     return pd.DataFrame(rows, columns=["context_id", "context", "model"])
 
 
-def plan_text(models: list, todo: pd.DataFrame, overrides: dict) -> str:
-    """What a run would do: calls and token budget per model, and what it asks the cluster for."""
-    lines = [f"  {'model':<30} {'calls':>7} {'max out tokens':>15} {'in flight':>9}  hosting"]
-    gpus: dict[str, int] = {}
-    for m in models:
-        n = int((todo["model"] == m.name).sum())
-        params = m.params(overrides)
-        if m.provider == "serve":
-            r = m.resources
-            per = r.tensor_parallel_size * r.pipeline_parallel_size
-            where = (f"Serve/{m.engine}: {r.min_replicas}-{r.max_replicas} replica(s) x {per} "
-                     f"{r.accelerator_type or 'CPU'}" + ("" if r.accelerator_type else f" ({r.num_cpus:g} CPU)"))
-            if r.accelerator_type:
-                gpus[r.accelerator_type] = gpus.get(r.accelerator_type, 0) + per * max(1, r.min_replicas)
-        else:
-            where = f"external API {m.base_url} (key from ${m.api_key_env})"
-        lines.append(f"  {m.name:<30} {n:>7} {n * params.max_tokens:>15,} {m.concurrency:>9}  {where}")
-    if gpus:
-        lines.append("  GPUs at minimum scale: " + ", ".join(f"{v} x {k}" for k, v in gpus.items()))
-    return "\n".join(lines)
+def write_contexts(run_dir: Path, contexts: pd.DataFrame, cfg: GenerateConfig) -> int:
+    """The contexts this run uses, into RUN_DIR/contexts/ (those not there yet): the run
+    directory then stands alone, and every later job reads its inputs from it."""
+    store = TableStore(run_dir, CONTEXTS, writer=True)
+    done = {k[0] for k in store.existing_keys()}
+    new = contexts[~contexts["context_id"].isin(done)]
+    now = datetime.now(timezone.utc)
+    store.append([{
+        "context_id": cid, "source": cfg.dataset.name, "source_id": cid, "sensitivity": cfg.dataset.sensitivity,
+        "context": ctx, "human_response": human, "context_words": len(ctx.split()),
+        "response_words": len(human.split()) if isinstance(human, str) else None,
+        "status": STATUS_OK, "run_id": run_dir.name, "created_at": now,
+    } for cid, ctx, human in zip(new["context_id"], new["context"], new["human_response"])])
+    return len(new)
 
 
 def write_human_rows(store: TableStore, contexts: pd.DataFrame, done: set, cfg: GenerateConfig,
@@ -71,8 +125,6 @@ def write_human_rows(store: TableStore, contexts: pd.DataFrame, done: set, cfg: 
 
     A context without a human answer gets an `error` row saying so (not a missing row).
     """
-    from datetime import datetime, timezone
-
     rows = []
     now = datetime.now(timezone.utc)
     for cid, human in zip(contexts["context_id"], contexts["human_response"]):
@@ -92,8 +144,8 @@ def write_human_rows(store: TableStore, contexts: pd.DataFrame, done: set, cfg: 
     return len(rows)
 
 
-def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
-    models = [load_model(name, search_dirs) for name in cfg.models]
+def run(cfg: GenerateConfig) -> int:
+    models = [load_model(name) for name in cfg.models]
     contexts, report = read_contexts(cfg.dataset)
     run_dir = Path(cfg.run_dir)
     report.write(run_dir / "input_report.json")
@@ -104,6 +156,8 @@ def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
     check_all(models, cfg.dataset.sensitivity, cfg.dataset.name)
 
     store = TableStore(run_dir, RESPONSES, writer=True)
+    if not cfg.dry_run:
+        write_contexts(run_dir, contexts, cfg)
     if cfg.retry_failed and not cfg.dry_run:
         planned = {(c, m) for c in contexts["context_id"]
                    for m in [*cfg.models, *([HUMAN_RESPONDER] if cfg.include_human else [])]}
@@ -117,7 +171,7 @@ def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
             print(f"human reference: {added} row(s) written as responder {HUMAN_RESPONDER!r}", flush=True)
     todo = plan_rows(contexts, cfg.models, done)
     total = len(contexts) * len(models)
-    print(f"run {run_dir}: {total} (context, model) pairs, {total - len(todo)} already written, "
+    print(f"generate: {total} (context, model) pairs, {total - len(todo)} already written, "
           f"{len(todo)} to send", flush=True)
     if cfg.dry_run:
         print(plan_text(models, todo, cfg.generation), flush=True)
@@ -125,18 +179,14 @@ def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
     if todo.empty:
         return 0
 
-    from jobs.runner import run_model_stage
-    from jobs.stage import GenerateStage
-
     counts = run_model_stage(
         todo, models, GenerateStage,
-        dict(table=RESPONSES, system=cfg.prompt.system_text(), user_template=cfg.prompt.user_text(),
-             prompt_version=cfg.prompt.version, generation_overrides=cfg.generation,
+        dict(system=cfg.prompt.system_text(), user_template=cfg.prompt.user_text(),
+             prompt_version=cfg.prompt.version, generation_overrides=cfg.generation.as_dict(),
              dataset=cfg.dataset.name, run_id=run_dir.name),
-        store, sensitivity=cfg.dataset.sensitivity, cluster=cfg.cluster, serving=cfg.serving,
-        rows_per_task=cfg.rows_per_task, flush_every_s=cfg.flush_every_s, desc="generate",
+        store, sensitivity=cfg.dataset.sensitivity, run=cfg, desc="generate",
     )
-    print(f"done: {counts['ok']} ok, {counts['failed']} failed; responses in {store.dir}", flush=True)
+    print(f"generate: {counts['ok']} ok, {counts['failed']} failed; responses in {store.dir}", flush=True)
     return 0
 
 

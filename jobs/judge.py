@@ -1,18 +1,21 @@
-"""`python -m jobs.judge`: a panel of LLM judges scores every response on the rubric -> `judgments`.
+"""`python -m jobs.judge`: a panel of judges scores every response of a run on a rubric -> `scores`.
 
     python -m jobs.judge run_dir=RUN_DIR                      # judges and rubric from the config
     python -m jobs.judge run_dir=RUN_DIR judges=[gpt-4o,o4-mini] responders=[human,qwen3-4b]
+    python -m jobs.judge run_dir=RUN_DIR rubric=my_scale hydra.searchpath=[file://DIR]
 
-The method, as the code runs it (MentalBench-10, section "LLM-as-a-judge"):
-1. read the responses of the run (`RUN_DIR/responses/`, status ok, the human reference included)
-   and their contexts from the run's dataset;
+The method, as the code runs it (the shared LLM-as-a-judge step; the rubric says what is asked):
+1. read the run's responses (`RUN_DIR/responses/`, status ok, the human reference included) and
+   the contexts the run recorded (`RUN_DIR/contexts/`): the run directory alone, never the
+   source dataset;
 2. refuse before any request if restricted data would reach an external judge;
-3. for every (context, responder, judge) not yet judged: render the rubric's prompt, ask for JSON
+3. for every (response, judge) not yet judged: fill the rubric's placeholders, ask for JSON
    constrained by the rubric's JSON schema, parse what comes back (fences, prose, strings and
-   floats are accepted); if it cannot be parsed, ask the judge to repair it, at most
+   floats are accepted); if a required item cannot be read, ask the judge to repair it, at most
    `max_repairs` times;
-4. write one `judgments` row per triple: the seven scores, Overall, CSS, ARS, the explanation,
-   the raw answer, `status` (ok / parse_error / error) and attempts. Never an invented score.
+4. write one `scores` row per rubric item: the score when the item's value is valid, else the
+   value as written with status `parse_error` or `invalid` (out of range, never clipped); a call
+   that failed is an `error` row for every item. Never an invented score.
 """
 
 from __future__ import annotations
@@ -25,16 +28,25 @@ from typing import Any
 
 import hydra
 import pandas as pd
+import pyarrow as pa
 from omegaconf import DictConfig
 
-from jobs.config import ConfigError, GenerateConfig, load_model, run_entrypoint
-from jobs.inputs import read_contexts
-from jobs.schemas import HUMAN_RESPONDER, JUDGE_TYPE_LLM, JUDGMENTS, RESPONSES, STATUS_ERROR, STATUS_OK
+from jobs.config import JudgeConfig, run_entrypoint
+from jobs.rubric import Rubric, load_rubric, parse_answer, repair_prompt
+from jobs.schemas import (
+    CONTEXTS, HUMAN_RESPONDER, JUDGE_TYPE_LLM, RESPONSES, SCORES, SCORES_CALL_KEY, STATUS_ERROR,
+    STATUS_OK, SUBJECT_RESPONSE, response_subject_id,
+)
+from jobs.runner import plan_text, run_model_stage
 from jobs.stage import ChatStage
 from jobs.store import TableStore
+from serving.configfiles import ConfigError, load_model
 from serving.governance import check_all
 
 log = logging.getLogger("jobs.judge")
+
+# What this job can fill a rubric's placeholders with, from a response and its context.
+RESPONSE_PLACEHOLDERS = ("context", "response")
 
 
 def _without_keys(obj: Any, keys: set[str]) -> Any:
@@ -46,15 +58,15 @@ def _without_keys(obj: Any, keys: set[str]) -> Any:
 
 
 class JudgeStage(ChatStage):
-    """One judgment per (context, responder, judge) row, with a bounded repair conversation."""
+    """One evaluation per row (a subject and a judge): the rubric's prompt, a bounded repair
+    conversation, one output row per item. Rows carry the rubric's placeholders as columns."""
 
-    def __init__(self, endpoints, concurrency_share, sensitivity, rubric: str, overrides: dict,
+    table = SCORES
+
+    def __init__(self, endpoints, concurrency_share, sensitivity, rubric: dict, overrides: dict,
                  max_repairs: int, run_id: str):
         super().__init__(endpoints, concurrency_share, sensitivity)
-        from jobs.rubric import load_rubric
-
-        self.table = JUDGMENTS
-        self.rubric = load_rubric(rubric)
+        self.rubric = Rubric(**rubric)
         self.response_format = self.rubric.json_schema()
         # Hosted engines enforce maxLength through grammars; external APIs' strict JSON modes
         # reject it (OpenAI's structured outputs list it as unsupported), so they get a copy
@@ -62,62 +74,96 @@ class JudgeStage(ChatStage):
         self.external_format = _without_keys(self.response_format, {"maxLength", "minLength"})
         self.max_repairs = max_repairs
         self.run_id = run_id
-        self.params = {n: ep.model.params(overrides) for n, ep in self.client._endpoints.items()}
+        self.params = {n: self.client.endpoint(n).model.params(overrides) for n in self.client.models}
 
-    async def process_row(self, row: dict[str, Any]) -> dict[str, Any]:
-        from jobs.judge_parse import parse_judgment, repair_prompt
+    def _common(self, row: dict[str, Any]) -> dict[str, Any]:
+        params = self.params[row["judge"]]
+        return {
+            "subject_type": row["subject_type"], "subject_id": row["subject_id"], "judge": row["judge"],
+            "rubric": self.rubric.name, "context_id": row.get("context_id"), "responder": row.get("responder"),
+            "judge_type": JUDGE_TYPE_LLM, "evaluator_role": self.rubric.evaluator_role,
+            "rubric_version": self.rubric.version, "temperature": params.temperature, "top_p": params.top_p,
+            "max_tokens": params.max_tokens, "seed": params.seed, "run_id": self.run_id,
+            "created_at": datetime.now(timezone.utc),
+        }
 
+    def failed_rows(self, row: dict[str, Any], error: str) -> list[dict[str, Any]]:
+        common = self._common(row)
+        return [{**common, "item": it, "status": STATUS_ERROR, "error": error} for it in self.rubric.required_items]
+
+    async def process_row(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         judge = row["judge"]
         params = self.params[judge]
-        messages = [{"role": "user", "content": self.rubric.render_prompt(row["context"], row["response"])}]
-        key = f"{row['context_id']}|{row['responder']}|{judge}"
-        attempts = 0
-        tokens = [0, 0]
-        latency = 0.0
+        messages = self.rubric.messages({p: row[p] for p in self.rubric.placeholders})
+        fmt = self.external_format if self.client.endpoint(judge).model.locality == "external" else self.response_format
+        key = f"{row['subject_id']}|{judge}|{self.rubric.name}"
+        calls = {"attempts": 0, "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0}
         raw: str | None = None
         parsed = None
         result = None
         for round_ in range(self.max_repairs + 1):
-            fmt = self.external_format if self.client.endpoint(judge).model.locality == "external" \
-                else self.response_format
             result = await self.client.chat(judge, messages, params, response_format=fmt,
                                             sensitivity=self.sensitivity, request_key=key)
-            attempts += result.attempts
-            latency += result.latency_s
-            tokens[0] += result.prompt_tokens or 0
-            tokens[1] += result.completion_tokens or 0
+            calls["attempts"] += result.attempts
+            calls["latency_s"] += result.latency_s
+            calls["prompt_tokens"] += result.prompt_tokens or 0
+            calls["completion_tokens"] += result.completion_tokens or 0
             if not result.ok:
                 break
             raw = result.content or ""
-            parsed = parse_judgment(raw, self.rubric)
-            if parsed.status == STATUS_OK or round_ == self.max_repairs:
+            parsed = parse_answer(raw, self.rubric)
+            if parsed.ok or round_ == self.max_repairs:
                 break
             messages = repair_prompt(raw, parsed.error, self.rubric, messages)
 
-        out: dict[str, Any] = {
-            "context_id": row["context_id"], "responder": row["responder"], "judge": judge,
-            "judge_type": JUDGE_TYPE_LLM, "rubric_version": self.rubric.version, "raw": raw,
-            "attempts": attempts, "prompt_tokens": tokens[0], "completion_tokens": tokens[1],
-            "latency_s": latency, "finish_reason": result.finish_reason if result else None,
-            "temperature": params.temperature, "top_p": params.top_p, "max_tokens": params.max_tokens,
-            "seed": params.seed, "run_id": self.run_id, "created_at": datetime.now(timezone.utc),
-        }
-        if result is None or not result.ok:
-            out.update(status=STATUS_ERROR, error=result.error if result else "no call made")
-            return out
-        out.update(parsed.scores)
-        out.update(self.rubric.aggregate(parsed.scores))
-        # `overall` is the judge's own Overall, as the paper reports it (None if it gave none);
-        # the mean of the seven is recomputed by analysis/, never mixed into this column.
-        out["overall"] = parsed.overall
-        out.update(explanation=parsed.explanation, status=parsed.status,
-                   error=parsed.error if parsed.status != STATUS_OK else None)
-        return out
+        common = {**self._common(row), **calls, "raw": raw,
+                  "finish_reason": result.finish_reason if result else None}
+        if result is None or not result.ok or parsed is None:
+            error = result.error if result else "no call made"
+            return [{**common, "item": it, "status": STATUS_ERROR, "error": error} for it in self.rubric.required_items]
+        return [{**common, "item": r.item, "score": r.score, "answer": r.answer, "status": r.status,
+                 "error": r.error, "explanation": parsed.explanation} for r in parsed.items.values()]
+
+
+def call_counter(rubric: Rubric):
+    """Progress of a judge stage: calls done, and calls whose every required item is ok."""
+    required = set(rubric.required_items)
+
+    def count(batch: pa.Table) -> tuple[int, int]:
+        df = batch.select([*SCORES_CALL_KEY, "item", "status"]).to_pandas()
+        df = df[df["item"].isin(required)]
+        ok = df["status"].eq(STATUS_OK).groupby([df[c] for c in SCORES_CALL_KEY]).all()
+        return len(ok), int(ok.sum())
+
+    return count
+
+
+def failed_calls(store: TableStore, rubric: Rubric, planned: set[tuple[str, ...]]) -> set[tuple[str, ...]]:
+    """Planned calls already written whose required items are not all ok: asked again on resume."""
+    scores = store.read()
+    if scores.empty:
+        return set()
+    s = scores[scores["rubric"].eq(rubric.name) & scores["item"].isin(rubric.required_items)]
+    bad = s[s["status"] != STATUS_OK]
+    return {k for k in zip(*(bad[c] for c in SCORES_CALL_KEY)) if k in planned}
+
+
+def run_contexts(run_dir: Path) -> tuple[pd.DataFrame, str]:
+    """The contexts a run recorded and their sensitivity (restricted if any row is, or says
+    nothing: fail closed)."""
+    contexts = TableStore(run_dir, CONTEXTS).read()
+    if contexts.empty:
+        raise ConfigError(f"{run_dir / CONTEXTS.name} is empty: run jobs.generate on this run_dir "
+                          "first (it records the contexts the run uses)")
+    sens = contexts["sensitivity"]
+    sensitivity = "public" if sens.notna().all() and sens.eq("public").all() else "restricted"
+    return contexts, sensitivity
 
 
 def plan_judgments(responses: pd.DataFrame, contexts: pd.DataFrame, judges: list[str],
-                   responders: list[str] | None, done: set) -> tuple[pd.DataFrame, int]:
-    """(context, responder, judge) rows still to judge; also how many responses were unusable."""
+                   responders: list[str] | None) -> tuple[pd.DataFrame, int]:
+    """(response, judge) rows to judge, with the values of the placeholders; also how many ok
+    responses have no recorded context."""
     ok = responses[responses["status"] == STATUS_OK]
     if responders is not None:
         ok = ok[ok["model"].isin(responders)]
@@ -125,20 +171,25 @@ def plan_judgments(responses: pd.DataFrame, contexts: pd.DataFrame, judges: list
     missing_ctx = int(merged["context"].isna().sum())
     merged = merged[merged["context"].notna()]
     rows = [
-        {"context_id": c, "responder": m, "judge": j, "context": ctx, "response": resp}
+        {"subject_type": SUBJECT_RESPONSE, "subject_id": response_subject_id(c, m), "context_id": c,
+         "responder": m, "judge": j, "context": ctx, "response": resp}
         for c, m, ctx, resp in zip(merged["context_id"], merged["model"], merged["context"], merged["response"])
         for j in judges
-        if (c, m, j) not in done
     ]
-    return pd.DataFrame(rows, columns=["context_id", "responder", "judge", "context", "response"]), missing_ctx
+    cols = ["subject_type", "subject_id", "context_id", "responder", "judge", *RESPONSE_PLACEHOLDERS]
+    return pd.DataFrame(rows, columns=cols), missing_ctx
 
 
-def _plan_without_responses(cfg: GenerateConfig, judges: list) -> int:
-    """Dry run before generate has run: plan from the contexts x responders the config names."""
-    from jobs.generate import plan_text
+def _plan_without_responses(cfg: JudgeConfig, judges: list) -> int:
+    """Dry run before generate has run (the pipeline's plan): contexts x responders of the config."""
+    from jobs.inputs import read_contexts
 
-    contexts, _ = read_contexts(cfg.dataset)
-    responders = cfg.responders or [*cfg.models, *([HUMAN_RESPONDER] if cfg.include_human else [])]
+    dataset, models = getattr(cfg, "dataset", None), getattr(cfg, "models", [])
+    if dataset is None:
+        print("judge (planned): the run has no responses yet; nothing to plan", flush=True)
+        return 0
+    contexts, _ = read_contexts(dataset)
+    responders = cfg.responders or [*models, *([HUMAN_RESPONDER] if getattr(cfg, "include_human", False) else [])]
     n = len(contexts) * len(responders)
     planned = pd.DataFrame({"model": [j.name for j in judges for _ in range(n)]})
     print(f"judge (planned): {len(contexts)} contexts x {len(responders)} responders = {n} responses, "
@@ -147,72 +198,59 @@ def _plan_without_responses(cfg: GenerateConfig, judges: list) -> int:
     return 0
 
 
-def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
+def run(cfg: JudgeConfig) -> int:
     if not cfg.judges:
         raise ConfigError("no judges: set judges=[model,...] (model files in conf/model/)")
-    from jobs.rubric import load_rubric
-
     rubric = load_rubric(cfg.rubric)  # fail early on a bad rubric file
-    unknown = [c for c in [*rubric.attribute_names, "css", "ars", "overall"] if c not in JUDGMENTS.columns]
-    if unknown:
-        raise ConfigError(f"rubric {cfg.rubric!r} scores {unknown}, which the judgments table has no "
-                          "column for: add them to jobs/schemas.py JUDGMENTS")
-    judges = [load_model(name, search_dirs) for name in cfg.judges]
+    extra = [p for p in rubric.placeholders if p not in RESPONSE_PLACEHOLDERS]
+    if extra:
+        raise ConfigError(f"rubric {rubric.name!r} asks for {extra}, which a response judge cannot fill "
+                          f"(it fills {list(RESPONSE_PLACEHOLDERS)}); it judges subjects of type "
+                          f"{rubric.subject!r}: use that method's evaluation job")
+    judges = [load_model(name) for name in cfg.judges]
     run_dir = Path(cfg.run_dir)
     responses = TableStore(run_dir, RESPONSES).read()
     if responses.empty and cfg.dry_run:
         return _plan_without_responses(cfg, judges)
     if responses.empty:
         raise ConfigError(f"no responses in {run_dir / RESPONSES.name}: run jobs.generate on this run_dir first")
-    made_from = sorted(set(responses["dataset"].dropna()))
-    if made_from and made_from != [cfg.dataset.name]:
-        # Contexts are joined by id and governance is checked on this dataset: judging responses
-        # of another dataset would pair them with the wrong texts and the wrong sensitivity.
-        raise ConfigError(
-            f"the responses in {run_dir} were generated from dataset(s) {made_from}, but this "
-            f"judge run is configured with dataset {cfg.dataset.name!r}: pass "
-            f"dataset={made_from[0]} (and the same dataset.* overrides as the generate run)"
-        )
-    contexts, _ = read_contexts(cfg.dataset)
-    check_all(judges, cfg.dataset.sensitivity, cfg.dataset.name)
+    contexts, sensitivity = run_contexts(run_dir)
+    check_all(judges, sensitivity, f"the contexts of {run_dir}")
 
-    store = TableStore(run_dir, JUDGMENTS, writer=True)
-    planned, missing_ctx = plan_judgments(responses, contexts, cfg.judges, cfg.responders, set())
-    keys = list(zip(planned["context_id"], planned["responder"], planned["judge"]))
+    store = TableStore(run_dir, SCORES, writer=True)
+    planned, missing_ctx = plan_judgments(responses, contexts, cfg.judges, cfg.responders)
+    keys = [(SUBJECT_RESPONSE, s, j, rubric.name) for s, j in zip(planned["subject_id"], planned["judge"])]
     if cfg.retry_failed and not cfg.dry_run:
-        dropped = store.drop_failed(set(keys))
-        if dropped:
-            print(f"resume: {dropped} judgment(s) that failed or did not parse will be asked again", flush=True)
-    done = store.existing_keys()
+        redo = failed_calls(store, rubric, set(keys))
+        if redo:
+            store.drop(redo, SCORES_CALL_KEY)
+            print(f"resume: {len(redo)} judgment(s) that failed or did not parse will be asked again", flush=True)
+    done = store.existing_keys(SCORES_CALL_KEY)
     todo = planned[[k not in done for k in keys]].reset_index(drop=True)
     if missing_ctx:
-        print(f"warning: {missing_ctx} response(s) were not judged: their context ids are not among "
-              f"the {len(contexts)} usable rows of dataset {cfg.dataset.name!r} (a smaller "
-              "dataset.limit than the generate run?)", file=sys.stderr)
-    print(f"judge {run_dir}: {len(todo)} judgment(s) to request from {len(judges)} judge(s), "
-          f"{len(done)} already written", flush=True)
-    if cfg.dry_run or todo.empty:
+        print(f"warning: {missing_ctx} response(s) were not judged: their context ids are not among the "
+              f"{len(contexts)} contexts recorded in {run_dir / CONTEXTS.name}", file=sys.stderr)
+    print(f"judge: {len(todo)} judgment(s) to request from {len(judges)} judge(s) on rubric {rubric.name!r}, "
+          f"{len(planned) - len(todo)} already written", flush=True)
+    if cfg.dry_run:
+        print(plan_text(judges, todo.rename(columns={"judge": "model"}), cfg.judge_generation), flush=True)
         return 0
-
-    from jobs.runner import run_model_stage
+    if todo.empty:
+        return 0
 
     counts = run_model_stage(
         todo, judges, JudgeStage,
-        dict(rubric=cfg.rubric, overrides=cfg.judge_generation, max_repairs=cfg.max_repairs,
-             run_id=run_dir.name),
-        store, sensitivity=cfg.dataset.sensitivity, cluster=cfg.cluster, serving=cfg.serving,
-        rows_per_task=cfg.rows_per_task, flush_every_s=cfg.flush_every_s, desc="judge",
+        dict(rubric=rubric.model_dump(), overrides=cfg.judge_generation.as_dict(),
+             max_repairs=cfg.max_repairs, run_id=run_dir.name),
+        store, sensitivity=sensitivity, run=cfg, desc="judge", counter=call_counter(rubric),
     )
-    table = store.read()
-    by_status = table["status"].value_counts().to_dict()
-    print(f"done: {counts['ok']} ok, {counts['failed']} not ok in this run; judgments by status: "
-          f"{by_status}; in {store.dir}", flush=True)
+    print(f"judge: {counts['ok']} ok, {counts['failed']} failed or unparsed; scores in {store.dir}", flush=True)
     return 0
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="judge")
 def main(raw: DictConfig) -> None:
-    run_entrypoint(raw, GenerateConfig, run, "judge config")
+    run_entrypoint(raw, JudgeConfig, run, "judge config")
 
 
 if __name__ == "__main__":

@@ -1,65 +1,70 @@
-"""`python -m jobs.pipeline`: the whole MentalBench-10 chain in one command.
+"""`python -m jobs.pipeline`: an experiment's whole chain in one command.
 
     python -m jobs.pipeline experiment=mentalbench_demo          # laptop: bundled CPU model
     python -m jobs.pipeline experiment=mentalbench dry_run=true  # the paper-scale plan
     python -m jobs.pipeline experiment=mentalbench cluster=auto run_dir=/mnt/runs/mb/001
 
-generate (responders + the human reference) -> judge (the panel) -> import human ratings (when
-the experiment names them) -> analysis report. Every step resumes from what the run directory
-already holds, so re-running the same command after a crash finishes the job.
+The experiment names its steps (`steps: [generate, judge, import_ratings, report]`); each is a
+shared job: generate (responders, and the human reference where asked) -> judge (the panel, on
+the experiment's rubric) -> import ratings (when the experiment names them) -> the report of
+the experiment's method. Every step resumes from what the run directory already holds, so
+re-running the same command after a crash finishes the job.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
-from jobs.config import GenerateConfig, run_entrypoint
+from jobs.config import ChainConfig, run_entrypoint
 
 
-def run(cfg: GenerateConfig, search_dirs: list[Path]) -> int:
+def write_run_record(cfg: ChainConfig) -> None:
+    """`RUN_DIR/run.json`: the experiment and its method, so `analysis.report RUN_DIR` knows
+    which method's report to build from the run directory alone."""
+    path = Path(cfg.run_dir) / "run.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    record.update(experiment=cfg.experiment, method=cfg.method)
+    path.write_text(json.dumps(record, indent=1), encoding="utf-8")
+
+
+def run(cfg: ChainConfig) -> int:
     from jobs import generate, judge
 
     started = time.perf_counter()
-    if cfg.ratings:
-        # Validate the ratings block now, not after hours of generation and judging.
-        from pydantic import ValidationError
+    if not cfg.dry_run:
+        write_run_record(cfg)
+    for step in cfg.steps:
+        if step in ("generate", "judge"):
+            print(f"== {step} ==", flush=True)
+            code = {"generate": generate.run, "judge": judge.run}[step](cfg)
+            if code:
+                return code
+        elif cfg.dry_run:
+            continue
+        elif step == "import_ratings" and cfg.ratings is not None:
+            print("== import ratings ==", flush=True)
+            from jobs.import_ratings import run_from_dict
 
-        from jobs.config import ConfigError, _explain
-        from jobs.import_ratings import RatingsImportConfig
+            run_from_dict(cfg.ratings, cfg.run_dir)
+        elif step == "report":
+            print("== report ==", flush=True)
+            from analysis.report import build_report
 
-        try:
-            RatingsImportConfig(**cfg.ratings)
-        except ValidationError as exc:
-            raise ConfigError(f"ratings: {_explain(exc)}") from exc
-    steps = [("generate", generate.run), ("judge", judge.run)]
-    for name, step in steps:
-        print(f"== {name} ==", flush=True)
-        code = step(cfg, search_dirs)
-        if code:
-            return code
-    if cfg.dry_run:
-        return 0
-    if cfg.ratings:
-        print("== import human ratings ==", flush=True)
-        from jobs.import_ratings import run_from_dict
-
-        run_from_dict(cfg.ratings, cfg.run_dir)
-    print("== analysis ==", flush=True)
-    from analysis.report import build_report
-
-    report = build_report(cfg.run_dir)
-    print(f"report: {report}", flush=True)
-    print(f"pipeline finished in {time.perf_counter() - started:.0f}s", flush=True)
+            print(f"report: {build_report(cfg.run_dir)}", flush=True)
+    if not cfg.dry_run:
+        print(f"pipeline finished in {time.perf_counter() - started:.0f}s; results in {cfg.run_dir}", flush=True)
     return 0
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="pipeline")
 def main(raw: DictConfig) -> None:
-    run_entrypoint(raw, GenerateConfig, run, "pipeline config")
+    run_entrypoint(raw, ChainConfig, run, "pipeline config")
 
 
 if __name__ == "__main__":

@@ -110,7 +110,13 @@ def _wait_ready(models: list[ModelConfig], cfg: ServingConfig, check_apps: bool 
             time.sleep(1.0)
 
 
-def ensure(models: list[ModelConfig], cfg: ServingConfig) -> dict[str, Endpoint]:
+def serve_logging(verbose: bool) -> dict:
+    """Serve's logging: quiet by default (warnings only, no per-request access log, which on the
+    console drowns the progress bars); `verbose` keeps Serve's own defaults."""
+    return {} if verbose else {"log_level": "WARNING", "enable_access_log": False}
+
+
+def ensure(models: list[ModelConfig], cfg: ServingConfig, verbose: bool = False) -> dict[str, Endpoint]:
     """Make sure every hosted model in `models` is up; return an endpoint per model.
 
     Requires a connected Ray (see `cluster.connect`). Idempotent: an application that is already
@@ -126,6 +132,7 @@ def ensure(models: list[ModelConfig], cfg: ServingConfig) -> dict[str, Endpoint]
 
         serve.start(
             http_options={"host": cfg.host, "port": cfg.port, "location": cfg.proxy_location},
+            logging_config=serve_logging(verbose) or None,
         )
         running = _running_apps()
         cpu = [m for m in hosted if m.engine == "llamacpp"]
@@ -138,9 +145,9 @@ def ensure(models: list[ModelConfig], cfg: ServingConfig) -> dict[str, Endpoint]
 
             log.info("deploying %s on the CPU engine", model.name)
             serve.run(build_cpu_app(model), name=app_name(model), route_prefix=f"/{app_name(model)}",
-                      blocking=False)
+                      blocking=False, logging_config=serve_logging(verbose) or None)
         if gpu:
-            _ensure_vllm(gpu, running)
+            _ensure_vllm(gpu, running, verbose)
         _wait_ready(hosted, cfg)
     return {m.name: Endpoint(model=m, base_url=base_url(m, cfg)) for m in models}
 
@@ -165,7 +172,7 @@ def _check_running_vllm_app(models: list[ModelConfig], cfg: ServingConfig) -> No
         )
 
 
-def _ensure_vllm(models: list[ModelConfig], running: dict[str, str]) -> None:
+def _ensure_vllm(models: list[ModelConfig], running: dict[str, str], verbose: bool = False) -> None:
     """All vLLM models share one `ray.serve.llm` OpenAI app (it routes by the `model` field)."""
     from ray import serve
 
@@ -176,7 +183,8 @@ def _ensure_vllm(models: list[ModelConfig], running: dict[str, str]) -> None:
         # readiness check that follows reports any model the running app does not serve.
         log.info("vLLM app already running; reusing it")
         return
-    serve.run(build_vllm_app(models), name=VLLM_APP, route_prefix=f"/{VLLM_APP}", blocking=False)
+    serve.run(build_vllm_app(models), name=VLLM_APP, route_prefix=f"/{VLLM_APP}", blocking=False,
+              logging_config=serve_logging(verbose) or None)
 
 
 def _main() -> None:
@@ -192,7 +200,7 @@ def _main() -> None:
     def main(raw) -> None:
         from cluster.config import ClusterConfig
         from cluster.connect import connect
-        from jobs.config import ConfigError, hydra_search_dirs, load_model
+        from serving.configfiles import ConfigError, load_model
 
         data = OmegaConf.to_container(raw, resolve=True)
         try:
@@ -202,7 +210,7 @@ def _main() -> None:
             if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                 raise ConfigError(f"models must be a list of model file names, e.g. models=[gemma3-270m]; "
                                   f"got {names!r}")
-            models = [load_model(n, hydra_search_dirs()) for n in names]
+            models = [load_model(n) for n in names]
         except (ConfigError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(2)

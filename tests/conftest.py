@@ -75,6 +75,9 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 @pytest.fixture
 def shared_data() -> Path:
+    """`../shared/data`. CI always has it beside the repository: a test that needs it fails,
+    never skips, when it is absent (a skip would hide that the test did not run)."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data folder {SHARED_DATA} is absent")
+        pytest.fail(f"shared data folder {SHARED_DATA} is absent: clone the repository beside "
+                    "shared/ (CI does), or run without the tests that need it")
     return SHARED_DATA

@@ -11,7 +11,7 @@ from pathlib import Path
 import openai
 import pytest
 
-_ROOT = Path(__file__).resolve().parents[2]
+_ROOT = Path(__file__).resolve().parents[3]
 if str(_ROOT) not in sys.path:  # so `tests.fakes` imports however pytest is started
     sys.path.insert(0, str(_ROOT))
 
