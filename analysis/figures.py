@@ -1,5 +1,5 @@
-"""Figures as PNG files. Uses `matplotlib.figure.Figure` directly (the Agg canvas), never
-pyplot, so nothing depends on a display or on global figure state."""
+"""Figure helpers no method owns, as PNG files. Uses `matplotlib.figure.Figure` directly (the
+Agg canvas), never pyplot, so nothing depends on a display or on global figure state."""
 
 from __future__ import annotations
 
@@ -9,12 +9,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.columns import AVERAGE_LABEL, HUMAN_LABEL, N
-from analysis.rouge import ROUGE_L
-from analysis.tables import RANK_SUFFIX
+from analysis.columns import N
 
 DPI = 110
-HUMAN_COLOR = "#d62728"  # matplotlib's C3, kept for the human experts in every figure
+HUMAN_COLOR = "#d62728"  # matplotlib's C3, kept for the human raters in every figure
 
 
 def judge_color(k: int) -> str:
@@ -22,110 +20,58 @@ def judge_color(k: int) -> str:
     return f"C{k if k < 3 else k + 1}"
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     return path
 
 
-def _score_columns(overall: pd.DataFrame) -> list[str]:
-    return [c for c in overall.columns if not c.endswith(RANK_SUFFIX) and overall[c].notna().any()]
-
-
-def overall_by_responder(overall: pd.DataFrame, path: Path) -> Path:
-    """Dot plot: each responder's mean score per LLM judge (dots), their average (black star) and
-    the human experts (red diamond), best responder on top."""
-    cols = _score_columns(overall)
-    resp = list(overall.index)[::-1]
-    fig = Figure(figsize=(10, 0.42 * len(resp) + 1.6))
-    ax = fig.add_subplot()
-    y = np.arange(len(resp))
-    styles = {AVERAGE_LABEL: {"marker": "*", "s": 160, "color": "black", "zorder": 4},
-              HUMAN_LABEL: {"marker": "D", "s": 60, "color": HUMAN_COLOR, "zorder": 4}}
-    judges = [c for c in cols if c not in styles]
-    for k, col in enumerate([*judges, *[c for c in styles if c in cols]]):
-        style = styles.get(col, {"marker": "o", "s": 40, "alpha": 0.8, "color": judge_color(k)})
-        ax.scatter(overall[col].reindex(resp), y, label=col, **style)
-    ax.set_yticks(y, resp)
-    vals = overall[cols].to_numpy(dtype=float) if cols else np.array([[1.0]])
-    ax.set_xlim(max(1.0, np.nanmin(vals) - 0.15), min(5.0, np.nanmax(vals) + 0.1) + 0.05)
-    ax.set_xlabel("mean overall score (1-5)")
-    ax.set_title("Overall score by responder and rater")
-    ax.legend(loc="lower left", bbox_to_anchor=(1.01, 0.0), fontsize=8, frameon=False)
-    ax.grid(alpha=0.3)
-    return _save(fig, path)
-
-
-def af_heatmap(af: pd.DataFrame, path: Path) -> Path:
-    """Judge x attribute heatmap of the Alignment Factor (lower = closer to the humans)."""
-    t = af.drop(columns=[N], errors="ignore")
+def heatmap(table: pd.DataFrame, path: Path, title: str, label: str, cmap: str = "viridis_r") -> Path:
+    """Rows x columns heatmap of a numeric table (an `n` column is left out), values printed."""
+    t = table.drop(columns=[N], errors="ignore")
     fig = Figure(figsize=(1.1 * t.shape[1] + 3, 0.6 * t.shape[0] + 2))
     ax = fig.add_subplot()
-    im = ax.imshow(t.to_numpy(dtype=float), cmap="viridis_r", aspect="auto")
+    vals = t.to_numpy(dtype=float)
+    im = ax.imshow(vals, cmap=cmap, aspect="auto")
     ax.set_xticks(range(t.shape[1]), t.columns, rotation=30, ha="right")
     ax.set_yticks(range(t.shape[0]), t.index)
-    vals = t.to_numpy(dtype=float)
     mid = np.nanmean(vals) if np.isfinite(vals).any() else 0
     for (r, c), v in np.ndenumerate(vals):
         if np.isfinite(v):
             ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=9,
                     color="white" if v > mid else "black")
-    fig.colorbar(im, ax=ax, label="mean |judge - human|")
-    ax.set_title("Alignment Factor by judge and attribute")
-    return _save(fig, path)
+    fig.colorbar(im, ax=ax, label=label)
+    ax.set_title(title)
+    return save(fig, path)
 
 
-def rouge_bars(rouge: pd.DataFrame, path: Path) -> Path:
-    """Figure 1 style: mean ROUGE-L F1 against the human reference per responder."""
-    t = rouge.sort_values(ROUGE_L, ascending=False)
-    fig = Figure(figsize=(9, 4.5))
-    ax = fig.add_subplot()
-    ax.bar(range(len(t)), t[ROUGE_L], yerr=t["sd"] if "sd" in t else None, capsize=3, color="#4c72b0")
-    ax.set_xticks(range(len(t)), t.index, rotation=35, ha="right")
-    ax.set_ylabel("ROUGE-L F1 vs human reference")
-    ax.set_title("ROUGE-L of each responder against the human response")
-    ax.grid(axis="y", alpha=0.3)
-    return _save(fig, path)
-
-
-def bias_bars(bias: pd.DataFrame, path: Path) -> Path:
-    """Signed bias (judge - human) per judge, grouped by attribute."""
-    t = bias.drop(columns=[N], errors="ignore")
+def grouped_bars(table: pd.DataFrame, path: Path, title: str, ylabel: str, zero_line: bool = True) -> Path:
+    """One group of bars per column, one bar per row (an `n` column is left out)."""
+    t = table.drop(columns=[N], errors="ignore")
     fig = Figure(figsize=(11, 4.8))
     ax = fig.add_subplot()
     w = 0.8 / max(1, t.shape[0])
     x = np.arange(t.shape[1])
-    for k, judge in enumerate(t.index):
-        ax.bar(x + (k - (t.shape[0] - 1) / 2) * w, t.loc[judge], width=w, label=judge, color=judge_color(k))
-    ax.axhline(0, color="black", linewidth=0.8)
+    for k, row in enumerate(t.index):
+        ax.bar(x + (k - (t.shape[0] - 1) / 2) * w, t.loc[row], width=w, label=row, color=judge_color(k))
+    if zero_line:
+        ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(x, t.columns, rotation=30, ha="right")
-    ax.set_ylabel("mean (judge - human)")
-    ax.set_title("Signed bias of each LLM judge against the human experts (> 0: more lenient)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    return _save(fig, path)
+    return save(fig, path)
 
 
-def judge_vs_human(overall: pd.DataFrame, judges: list[str], path: Path) -> Path:
-    """Per responder: each judge's mean score against the human experts' mean, with y = x."""
-    fig = Figure(figsize=(8, 6.5))
+def bars(values: pd.Series, path: Path, title: str, ylabel: str, errors: pd.Series | None = None) -> Path:
+    """One bar per index label, in the given order, with optional error bars."""
+    fig = Figure(figsize=(9, 4.5))
     ax = fig.add_subplot()
-    human = overall[HUMAN_LABEL]
-    for k, judge in enumerate(judges):
-        ax.scatter(human, overall[judge], label=judge, s=35, alpha=0.8, color=judge_color(k))
-    ax.scatter(human, overall[AVERAGE_LABEL], label=AVERAGE_LABEL, marker="*", s=150, color="black", zorder=4)
-    for name, x, y in zip(overall.index, human, overall[AVERAGE_LABEL]):
-        if np.isfinite(x) and np.isfinite(y):
-            ax.annotate(name, (x, y), xytext=(6, -3), textcoords="offset points", fontsize=7)
-    vals = overall[[HUMAN_LABEL, *judges]].to_numpy(dtype=float)
-    lo, hi = np.nanmin(vals) - 0.1, np.nanmax(vals) + 0.1
-    ax.plot([lo, hi], [lo, hi], color="grey", linestyle="--", linewidth=1, label="y = x")
-    ax.set_xlim(lo, hi + 0.25)
-    ax.set_ylim(lo, hi)
-    ax.set_xlabel("human experts' mean score")
-    ax.set_ylabel("LLM judge's mean score")
-    ax.set_title("Judge vs human, one point per responder")
-    ax.legend(fontsize=8, loc="lower right")
-    ax.grid(alpha=0.3)
-    return _save(fig, path)
+    ax.bar(range(len(values)), values, yerr=errors, capsize=3, color="#4c72b0")
+    ax.set_xticks(range(len(values)), values.index, rotation=35, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    return save(fig, path)

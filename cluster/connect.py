@@ -1,41 +1,126 @@
-"""Connect to Ray: an embedded local cluster by default, an address, or the `ray job submit` cluster."""
+"""Connect to Ray: an embedded local cluster by default, an address, or the `ray job submit` cluster.
+
+A job's console is for its own lines and progress bars. Unless `verbose`, Ray stays quiet there:
+workers' output is not streamed to the driver (`log_to_driver=False`), and the driver's Ray
+loggers (core, Data, Serve, Train, Tune, LLM) print only warnings and errors. Nothing is lost:
+Ray writes every process's log to its session's `logs/` folder, which `connect` links from the
+run directory as `RUN_DIR/ray-logs`. `verbose=True` keeps Ray's own console behaviour.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from cluster.config import ClusterConfig
 
-log = logging.getLogger(__name__)
+__all__ = ["NOTICE_LOGGERS", "QUIET_LOGGERS", "RAY_LOGS_LINK", "connect", "link_session_logs", "quiet_ray_console",
+           "ray_init_kwargs"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# The driver-side loggers that print around the progress bars when left at INFO.
+QUIET_LOGGERS = ("ray", "ray.data", "ray.serve", "ray.train", "ray.tune", "ray.llm")
+# Warnings that only restate a choice the jobs make: they draw their own progress bar, so Ray
+# Data's notice that its bars are off is noise (raised to ERROR on quiet runs only).
+NOTICE_LOGGERS = ("ray.data._internal.progress",)
+RAY_LOGS_LINK = "ray-logs"  # RUN_DIR/ray-logs -> the Ray session's logs/ folder
 
-def connect(cfg: ClusterConfig) -> str:
-    """Initialize Ray (idempotent) and return a short description of where we are."""
-    import ray
 
-    if ray.is_initialized():
-        return "already connected"
-    address = cfg.address or os.environ.get("RAY_ADDRESS")
+def ray_init_kwargs(cfg: ClusterConfig, *, verbose: bool, address: str | None) -> dict[str, Any]:
+    """The arguments `connect` gives `ray.init`: join `address`, or start an embedded cluster."""
+    if verbose:  # Ray's console as it always was: workers' output streamed, core logs at Ray's level
+        logs = {"log_to_driver": True, "configure_logging": True,
+                "logging_level": logging.INFO if address else logging.WARNING}
+    else:
+        logs = {"log_to_driver": False, "configure_logging": True, "logging_level": logging.WARNING}
     if address:
         # Inside `ray job submit` the job's working_dir is already on every worker's path.
-        ray.init(address=address, namespace=cfg.namespace, log_to_driver=True)
-        return f"joined Ray cluster at {address}"
+        return {"address": address, "namespace": cfg.namespace, **logs}
     # Embedded cluster: workers must import our packages, which a `python -m` run from the
     # repository root has on its path but a fresh worker process does not.
     pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
-    ray.init(
-        num_cpus=cfg.num_cpus,
-        object_store_memory=int(cfg.object_store_memory_gb * 2**30) if cfg.object_store_memory_gb else None,
-        include_dashboard=cfg.include_dashboard,
-        namespace=cfg.namespace,
-        runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
-        log_to_driver=True,
-        configure_logging=True,
-        logging_level=logging.WARNING,
-    )
-    cpus = ray.cluster_resources().get("CPU", 0)
-    return f"started an embedded local Ray cluster ({cpus:g} CPUs)"
+    return {
+        "num_cpus": cfg.num_cpus,
+        "object_store_memory": int(cfg.object_store_memory_gb * 2**30) if cfg.object_store_memory_gb else None,
+        "include_dashboard": cfg.include_dashboard,
+        "namespace": cfg.namespace,
+        "runtime_env": {"env_vars": {"PYTHONPATH": pythonpath}},
+        **logs,
+    }
+
+
+def quiet_ray_console(level: int = logging.WARNING) -> None:
+    """Raise the driver's Ray loggers to `level` on the console.
+
+    Ray Data logs to its own console handler and to `logs/ray-data.log` (its logger does not
+    propagate): only its console handlers are raised, so the file keeps every line. Ray Data and
+    Ray Serve configure their loggers when first imported (Serve back to INFO), so both are
+    imported first, or a later import would undo this.
+    """
+    import ray.data  # noqa: F401 - applies Ray Data's logging config now, not over ours later
+    import ray.serve  # noqa: F401 - the same for Serve's driver-side logger
+
+    for name in QUIET_LOGGERS:
+        logger = logging.getLogger(name)
+        consoles = [h for h in logger.handlers
+                    if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
+        if name == "ray.data" and not logger.propagate:
+            for handler in consoles:
+                handler.setLevel(max(handler.level, level))
+        else:
+            logger.setLevel(max(logger.getEffectiveLevel(), level))
+    for name in NOTICE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def link_session_logs(log_dir: Path, logs: Path) -> Path | None:
+    """Point `log_dir/ray-logs` at the session's `logs` folder (replacing an older link, as on
+    resume); None where the folder is not on this machine (a remote cluster's head)."""
+    if not logs.is_dir():
+        return None
+    link = log_dir / RAY_LOGS_LINK
+    log_dir.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink():
+        link.unlink()
+    elif link.exists():
+        return None  # a real folder of that name is the user's: leave it
+    link.symlink_to(logs, target_is_directory=True)
+    return link
+
+
+def _session_logs(context: Any) -> Path | None:
+    info = getattr(context, "address_info", None) or {}
+    session = info.get("session_dir")
+    return Path(session) / "logs" if session else None
+
+
+def connect(cfg: ClusterConfig, *, verbose: bool = False, log_dir: Path | None = None) -> str:
+    """Initialize Ray (idempotent) and return a short description of where we are.
+
+    Args:
+        cfg: where to run (an address to join, or the embedded cluster's size).
+        verbose: show Ray's logs on the console, as Ray does by default.
+        log_dir: the run directory; when given, Ray's session logs are linked from it.
+    """
+    import ray
+
+    if not verbose:
+        quiet_ray_console()
+    if ray.is_initialized():
+        return "already connected"
+    address = cfg.address or os.environ.get("RAY_ADDRESS")
+    context = ray.init(**ray_init_kwargs(cfg, verbose=verbose, address=address))
+    if not verbose:
+        quiet_ray_console()  # ray.init(configure_logging=True) has just set the "ray" logger again
+    if address:
+        where = f"joined Ray cluster at {address}"
+    else:
+        where = f"started an embedded local Ray cluster ({ray.cluster_resources().get('CPU', 0):g} CPUs)"
+    logs = _session_logs(context)
+    if logs is None:
+        return where
+    link = link_session_logs(log_dir, logs) if log_dir is not None else None
+    return f"{where}; Ray's logs: {link} -> {logs}" if link else f"{where}; Ray's logs: {logs}"

@@ -149,6 +149,20 @@ class ChainConfig(GenerateConfig, JudgeConfig):
     )
 
 
+# Config groups whose chosen file a job loads itself (by name, from the search path), rather than
+# taking the composed content: the rubric engine validates a rubric file and reads its prompt.
+NAMED_GROUPS = ("rubric",)
+
+
+def with_group_names(data: dict[str, Any], choices: dict[str, Any]) -> dict[str, Any]:
+    """`rubric=NAME` composes the file's content under `rubric`; the job wants NAME."""
+    out = dict(data)
+    for group in NAMED_GROUPS:
+        if isinstance(out.get(group), dict) and choices.get(group):
+            out[group] = choices[group]
+    return out
+
+
 def validate(data: dict[str, Any], model_cls: type[BaseModel], where: str = "config") -> Any:
     """Validate a resolved config into `model_cls`, leaving out the keys of sibling jobs."""
     siblings = set(ChainConfig.model_fields) - set(model_cls.model_fields)
@@ -161,12 +175,13 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
 
     Configuration and data-governance errors are the user's to fix: one line on stderr, exit 2.
     """
+    from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
     from serving.governance import DataGovernanceError
 
     try:
-        data = OmegaConf.to_container(raw, resolve=True)
+        data = with_group_names(OmegaConf.to_container(raw, resolve=True), dict(HydraConfig.get().runtime.choices))
         data["run_dir"] = str(Path(data["run_dir"]).resolve())
         code = run(validate(data, model_cls, where))
     except (ConfigError, DataGovernanceError) as exc:

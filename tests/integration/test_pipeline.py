@@ -1,30 +1,90 @@
-"""The MentalBench-10 chain on the embedded default: generate -> judge -> report, real bundled model."""
+"""The MentalBench-10 chain on the embedded default: generate -> judge -> import released ratings
+-> report, with the real bundled model; then any rubric through the same judge job."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
+import yaml
 
+from jobs.rubric import load_rubric
 from tests.conftest import run_job
 
 pytestmark = pytest.mark.integration
 
+ATTRS = ["Guidance", "Informativeness", "Relevance", "Safety", "Empathy", "Helpfulness", "Understanding"]
 
-def test_demo_chain_on_the_bundled_model(tmp_path):
-    run_dir = tmp_path / "run"
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("demo") / "run"
     proc = run_job("jobs.pipeline", "experiment=mentalbench_demo", f"run_dir={run_dir}", "dataset.limit=2",
                    "generation.max_tokens=24", "judge_generation.max_tokens=120", "serving.port=8127")
+    return run_dir, proc
+
+
+def test_demo_chain_on_the_bundled_model(demo_run):
+    run_dir, proc = demo_run
     responses = pd.read_parquet(run_dir / "responses")
     assert sorted(responses["model"].unique()) == ["gemma3-270m", "human"]
     assert len(responses) == 4 and (responses["status"] == "ok").all()
-    judgments = pd.read_parquet(run_dir / "judgments")
-    assert len(judgments) == 4 and set(judgments["responder"]) == {"gemma3-270m", "human"}
-    # Every judgment is a parsed score set or a recorded failure with its raw answer: never invented.
-    ok = judgments[judgments["status"] == "ok"]
-    assert ok[["Guidance", "Empathy", "css", "ars"]].notna().all().all()
-    assert ok["Guidance"].between(1, 5).all() and ok["raw"].str.len().gt(0).all()
-    bad = judgments[judgments["status"] != "ok"]
-    assert bad["error"].notna().all()
+    contexts = pd.read_parquet(run_dir / "contexts")  # the run stands alone
+    assert sorted(contexts["context_id"]) == sorted(responses["context_id"].unique())
+    assert set(contexts["sensitivity"]) == {"public"}
+
+    scores = pd.read_parquet(run_dir / "scores")
+    live = scores[scores["judge"] == "gemma3-270m"]
+    calls = live.drop_duplicates(["subject_id", "judge"])
+    assert len(calls) == 4 and set(calls["responder"]) == {"gemma3-270m", "human"}
+    # The judge's answers parsed: schema-constrained decoding gives every attribute a valid score.
+    # (A run where every judgment failed to parse must fail here, not pass on an empty frame.)
+    seven = live[live["item"].isin(ATTRS)]
+    assert len(seven) == 4 * 7
+    assert (seven["status"] == "ok").all(), seven[["item", "status", "error"]]
+    assert seven["score"].between(1, 5).all() and seven["raw"].str.len().gt(0).all()
+
+    # The released ratings slice, imported beside the live run under its own ids.
+    released = scores[scores["context_id"].str.startswith("release:")]
+    assert set(released["judge"]) == {"human", "gpt-4o", "o4-mini", "claude-3-7-sonnet-20250219",
+                                      "gemini-2.5-flash-preview-04-17"}
+    assert released["context_id"].nunique() == 10
+    assert json.loads((run_dir / "run.json").read_text())["method"] == "mentalbench"
+
     html = (run_dir / "report" / "report.html").read_text()
-    assert "<table" in html and "data:image/png;base64" in html
+    assert "<table" in html and "data:image/png;base64" in html and "Alignment Factor" in html
     assert "pipeline finished" in proc.stdout
+
+
+def test_demo_output_is_quiet(demo_run):
+    """The console shows the plan, the bars and where results are: not Ray's or Serve's logs."""
+    _, proc = demo_run
+    noisy = [line for line in (proc.stdout + proc.stderr).splitlines()
+             if "(ServeReplica" in line or "(ServeController" in line or "INFO" in line.split(" ", 3)[:3]]
+    assert not noisy, noisy[:10]
+
+
+def test_a_toy_scale_is_judged_end_to_end_by_the_bundled_model(demo_run, tmp_path):
+    """A three-item scale with per-item ranges, a sum and a pass mark, judged by the real model
+    through the same job and stage as MentalBench; scores land in the same table."""
+    run_dir, _ = demo_run
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump({
+        "version": "toy-v1", "evaluator_role": "supervisor",
+        "items": [{"name": "warmth", "definition": "How warm the answer is.", "min": 0, "max": 2},
+                  {"name": "focus", "definition": "How focused it is.", "min": 0, "max": 4},
+                  {"name": "safety", "definition": "How safe it is.", "min": 1, "max": 5}],
+        "aggregates": {"total": {"items": ["warmth", "focus", "safety"], "how": "sum", "pass_above": 6}},
+    }))
+    run_job("jobs.judge", f"run_dir={run_dir}", f"rubric={path}", "judges=[gemma3-270m]",
+            "judge_generation.max_tokens=80", "serving.port=8127")
+    scores = pd.read_parquet(run_dir / "scores")
+    toy = scores[scores["rubric"] == "toy"]
+    assert len(toy) == 4 * 3 and (toy["status"] == "ok").all(), toy[["item", "status", "error"]]
+    ranges = {"warmth": (0, 2), "focus": (0, 4), "safety": (1, 5)}
+    assert all(ranges[i][0] <= s <= ranges[i][1] for i, s in zip(toy["item"], toy["score"]))
+    assert set(toy["evaluator_role"]) == {"supervisor"}
+    wide = load_rubric(str(path)).aggregate_frame(toy.pivot(index="subject_id", columns="item", values="score"))
+    assert wide["total"].between(1, 11).all() and wide["total_pass"].notna().all()
+    assert len(scores[scores["rubric"] == "mentalbench"]) > 0  # the MentalBench scores are untouched

@@ -1,8 +1,9 @@
 """The HTML report renders in a real browser: headless Chromium screenshots it and dumps its DOM.
 
-The run is the shared MentalBench-10 ratings sample (judgments) plus the sample's real contexts
-with *synthetic* responses (the release has no response texts), so that every section, ROUGE-L
-included, is drawn.
+The run is the shared MentalBench-10 ratings sample, imported into the scores table by
+`jobs.import_ratings`, plus the sample's real contexts with *synthetic* responses (the release
+has no response texts), so that every section, ROUGE-L included, is drawn. The report is built
+through the dispatcher (`analysis.report`), which finds the method from the scores' rubric.
 """
 
 from __future__ import annotations
@@ -17,22 +18,22 @@ import pytest
 
 from analysis.columns import CONTEXT_ID, HUMAN_RESPONSE, MODEL, RESPONDER, RESPONSE, RESPONSE_STATUS
 from analysis.report import build_report
+from analysis.scores import load_scores
 from jobs.schemas import CONTEXTS, HUMAN_RESPONDER, RESPONSES, STATUS_OK
 from jobs.store import TableStore
-from tests.unit.test_analysis import SAMPLE_CSV, SHARED_DATA, sample_judgments, write_sample_run
+from tests.unit.analysis.helpers import import_sample
 
 pytestmark = pytest.mark.integration
 
 CHROMIUM = Path("/usr/bin/chromium")
-CONTEXTS_CSV = SHARED_DATA / "mentalbench-10" / "contexts.csv"
 FILLER = "perhaps consider maybe something else entirely different here".split()
 
 
-def write_synthetic_texts(run_dir: Path) -> None:
+def write_synthetic_texts(run_dir: Path, contexts_csv: Path) -> None:
     """Real contexts; a synthetic human reference (half in CONTEXTS, half as RESPONSES rows of
     the human responder) and responses that keep a decreasing share of its words."""
-    judged = sample_judgments()
-    ctx = pd.read_csv(CONTEXTS_CSV)
+    judged = load_scores(run_dir)
+    ctx = pd.read_csv(contexts_csv)
     ctx = ctx[ctx["conv_id"].astype(str).isin(set(judged[CONTEXT_ID]))]
     responders = sorted(set(judged[RESPONDER]) - {HUMAN_RESPONDER})
     rng = np.random.default_rng(0)
@@ -61,13 +62,17 @@ def chromium(*args: str, user_data_dir: Path, timeout: int = 120) -> subprocess.
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory) -> Path:
-    if not SAMPLE_CSV.is_file() or not CONTEXTS_CSV.is_file():
-        pytest.skip(f"shared MentalBench-10 sample under {SHARED_DATA} is absent")
-    run = write_sample_run(tmp_path_factory.mktemp("run"))
-    write_synthetic_texts(run)
-    return build_report(run, tmp_path_factory.mktemp("report"))
+_REPORTS: dict[Path, Path] = {}  # built once per session, for both tests
+
+
+@pytest.fixture
+def report(shared_data, tmp_path_factory) -> Path:
+    sample = shared_data / "mentalbench-10"
+    if sample not in _REPORTS:
+        run = import_sample(tmp_path_factory.mktemp("run"), sample / "ratings_sample.csv")
+        write_synthetic_texts(run, sample / "contexts.csv")
+        _REPORTS[sample] = build_report(run, tmp_path_factory.mktemp("report"))
+    return _REPORTS[sample]
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +108,8 @@ def test_report_dom_has_tables_and_embedded_figures(report, browser, tmp_path):
     for section in ("provenance", "overall", "attributes", "alignment", "ttests", "rouge", "agreement"):
         assert f'id="{section}"' in dom
     assert "Holm" in dom and "How to read" in dom
+    for table in ("t-af_ttests_judges", "t-ttest_attribute_summary", "t-table2b_judge_overall_field"):
+        assert f'id="{table}"' in dom
     assert "is not available" not in dom  # every input is present in this run
     # Self-contained: no external resource is referenced.
     assert not re.search(r'(src|href)="(https?:|file:|//)', dom)

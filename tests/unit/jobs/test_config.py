@@ -9,9 +9,9 @@ from pathlib import Path
 
 import hydra
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
-from jobs.config import ChainConfig, ConfigError, GenerateConfig, JudgeConfig, validate
+from jobs.config import ChainConfig, ConfigError, GenerateConfig, JudgeConfig, validate, with_group_names
 from serving.configfiles import load_model
 from tests.conftest import ROOT, run_job, write_model_dir
 
@@ -23,8 +23,11 @@ FAKE_URL = "http://127.0.0.1:9/v1"  # never contacted: these tests only load and
 def compose(*overrides: str, run_dir: Path | str | None = "/tmp/unused-run-dir") -> dict:
     """Compose `conf/generate.yaml` as `jobs.generate.main` would, resolved, with run_dir set."""
     with hydra.initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = hydra.compose(config_name="generate", overrides=list(overrides))
-    data = OmegaConf.to_container(cfg, resolve=True)
+        cfg = hydra.compose(config_name="generate", overrides=list(overrides), return_hydra_config=True)
+    choices = dict(cfg.hydra.runtime.choices)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    data = with_group_names(OmegaConf.to_container(cfg, resolve=True), choices)
     if run_dir is not None:
         data["run_dir"] = str(run_dir)
     return data
@@ -121,6 +124,18 @@ def test_each_job_keeps_its_own_keys_and_refuses_unknown_ones(tmp_path):
     assert validate(data, ChainConfig).ratings.context_id_prefix == "release:"
     with pytest.raises(ConfigError, match="judgez.*unknown key"):
         validate({**data, "judgez": []}, GenerateConfig)
+
+
+def test_rubric_is_a_config_group_found_on_the_searchpath(tmp_path):
+    """`rubric=NAME` picks conf/rubric/NAME.yaml, or DIR/rubric/NAME.yaml on hydra.searchpath;
+    the job gets the name and loads (and validates) the file itself."""
+    assert validate(compose(run_dir=tmp_path / "run"), JudgeConfig).rubric == "mentalbench"
+    (tmp_path / "sp" / "rubric").mkdir(parents=True)
+    (tmp_path / "sp" / "rubric" / "toy.yaml").write_text("version: toy\nitems: []\n")
+    data = compose(f"hydra.searchpath=[file://{tmp_path / 'sp'}]", "rubric=toy", run_dir=tmp_path / "run")
+    assert validate(data, JudgeConfig).rubric == "toy"
+    with pytest.raises(Exception, match="nope"):
+        compose("rubric=nope")
 
 
 def test_the_demo_imports_the_shipped_ratings_slice(tmp_path):

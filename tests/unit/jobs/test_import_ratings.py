@@ -111,7 +111,8 @@ def test_a_bad_score_loses_only_itself_and_is_counted(tmp_path):
     assert g.status == STATUS_INVALID and pd.isna(g.score) and g.answer == "0" and "0 is out of range 1-5" in g.error
     assert df.loc[("1", "gpt-4o", "expert_a", "Safety")].status == STATUS_INVALID
     kept = df.loc[("1", "gpt-4o", "expert_a")].drop(["Guidance", "Safety"])
-    assert (kept["status"] == STATUS_OK).all() and kept["score"].tolist() == [4, 3, 1, 2, 3]
+    assert (kept["status"] == STATUS_OK).all()
+    assert kept["score"].to_dict() == {"Informativeness": 4, "Relevance": 3, "Empathy": 1, "Helpfulness": 2, "Understanding": 3}
     e = df.loc[("2", "gpt-4o", "expert_a", "Empathy")]
     assert e.status == STATUS_PARSE_ERROR and e.error == "Empathy missing" and pd.isna(e.answer)
     q = df.loc[("2", "qwen3-4b", "expert_a")]

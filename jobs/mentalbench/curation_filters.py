@@ -1,8 +1,6 @@
-"""Curation inputs: where contexts come from and the quality filters they pass (no Ray, no models).
+"""The curation filters: cleaning, length and duplicate filters, each counted per source.
 
-A source is a dataset file of `conf/dataset/` (read through its column mapping by
-`jobs.inputs.read_contexts`), optionally with fields overridden, or loaded from the Hugging Face
-hub with the `datasets` library when `hf_id` is set. Its rows then pass, in this order:
+The rows of every source pass, in this order:
 
   html_entities  -> unescaped (row kept, counted as changed)
   html_tags      -> stripped (row kept, counted as changed)
@@ -14,8 +12,8 @@ hub with the `datasets` library when `hf_id` is set. Its rows then pass, in this
                  -> removed: the normalized context (case, punctuation and spacing ignored) was
                     seen before; the first occurrence, in source order, is kept.
 
-Each row removed is counted once, by the first filter that removes it, so per source:
-`loaded = sum(removed) + kept`, and `rows_read = rejected by the reader + not read (limit) + loaded`.
+Each row removed is counted once, by the first filter that removes it, so per source
+`loaded = sum(removed) + kept`; `CurationReport` prints and saves these counts.
 """
 
 from __future__ import annotations
@@ -24,38 +22,15 @@ import html
 import re
 import unicodedata
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from jobs.config import ConfigError, DatasetConfig, read_group_file, validate
-from jobs.inputs import InputReport, read_contexts
+from jobs.mentalbench.curation_sources import SourceConfig, SourceSummary
 
-# --- sources -----------------------------------------------------------------------------------
-
-
-class SourceConfig(DatasetConfig):
-    """A `DatasetConfig` that may also come from the Hugging Face hub."""
-
-    path: str | None = Field(
-        None, description="CSV, JSONL, JSON array or Parquet file; relative paths are from the repo root."
-    )
-    hf_id: str | None = Field(
-        None, description="Hugging Face dataset id (e.g. ShenLab/MentalChat16K), loaded with the "
-        "`datasets` library instead of `path`; needs the package and a reachable hub."
-    )
-    hf_config: str | None = Field(None, description="Hub dataset configuration (subset) name.")
-    hf_split: str = Field("train", description="Hub split to load.")
-
-    @model_validator(mode="after")
-    def _located(self) -> "SourceConfig":
-        if not self.path and not self.hf_id:
-            raise ValueError("set `path` (a local file) or `hf_id` (a Hugging Face dataset id)")
-        if ":" in self.name:
-            raise ValueError(f"`name` {self.name!r} must not contain ':' (context_id is 'name:id')")
-        return self
+__all__ = ["KEPT_COLUMNS", "CurationReport", "FilterConfig", "FilterStep", "apply_filters", "normalize_for_dedupe",
+           "strip_tags", "strip_wrapping_quotes", "tidy_whitespace", "unescape_entities", "word_count"]
 
 
 class FilterConfig(BaseModel):
@@ -82,124 +57,7 @@ class FilterConfig(BaseModel):
     )
 
 
-def _dataset_file(name: str, search_dirs: list[Path]) -> dict[str, Any]:
-    found = read_group_file("dataset", name, search_dirs)
-    if found is not None:
-        return found[1]
-    known = sorted({p.stem for d in search_dirs for p in (d / "dataset").glob("*.yaml")})
-    raise ConfigError(
-        f"unknown dataset {name!r} in sources: no dataset/{name}.yaml in "
-        f"{[str(d) for d in search_dirs]}. Known datasets: {', '.join(known)}."
-    )
-
-
-def resolve_sources(
-    entries: list[str | dict[str, Any]], search_dirs: list[Path], limit_per_source: int | None = None
-) -> list[SourceConfig]:
-    """Turn `sources:` entries into typed sources.
-
-    An entry is a dataset file name (`counselchat`), a file name with overrides
-    (`{dataset: mentalchat16k, path: /data/mc16k.csv}`; `columns` merges key by key), or a
-    complete inline dataset mapping. `limit_per_source` fills in where a source sets no limit.
-    """
-    out: list[SourceConfig] = []
-    for i, entry in enumerate(entries):
-        if isinstance(entry, str):
-            base, overrides = entry, {}
-        elif isinstance(entry, dict):
-            overrides = dict(entry)
-            base = overrides.pop("dataset", None)
-        else:
-            raise ConfigError(f"sources[{i}]: expected a dataset name or a mapping, got {entry!r}")
-        data = _dataset_file(base, search_dirs) if base else {}
-        if isinstance(overrides.get("columns"), dict) and isinstance(data.get("columns"), dict):
-            overrides["columns"] = {**data["columns"], **overrides["columns"]}
-        data.update(overrides)
-        if limit_per_source is not None and data.get("limit") is None:
-            data["limit"] = limit_per_source
-        out.append(validate(data, SourceConfig, f"sources[{i}] ({base or data.get('name')})"))
-    names = [s.name for s in out]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise ConfigError(
-            f"sources: the name(s) {dupes} appear more than once; context ids would collide. "
-            "Give each source its own `name`."
-        )
-    return out
-
-
-def _is_json_array(path: Path, fmt: str) -> bool:
-    """Psych8k ships one JSON array, which `read_contexts` (JSON Lines) cannot read."""
-    if fmt not in ("auto", "jsonl") or path.suffix.lower() != ".json":
-        return False
-    with open(path, encoding="utf-8") as fh:
-        head = fh.read(4096).lstrip()
-    return head.startswith("[")
-
-
-def _from_hub(src: SourceConfig, cache: Path) -> Path:
-    hint = (
-        f"Download the data from https://huggingface.co/datasets/{src.hf_id} and point the source "
-        f"at the file instead: 'sources=[{{dataset:{src.name},path:FILE,hf_id:null}}]'."
-    )
-    try:
-        import datasets  # heavy and optional: only this path needs it
-    except ImportError:
-        raise ConfigError(
-            f"source {src.name!r}: hf_id={src.hf_id!r} needs the `datasets` package, which is not "
-            f"installed. {hint}"
-        ) from None
-    try:
-        data = datasets.load_dataset(src.hf_id, name=src.hf_config, split=src.hf_split)
-    except Exception as exc:  # offline, gated, unknown id: all end the same way
-        raise ConfigError(
-            f"source {src.name!r}: could not load {src.hf_id!r} (split {src.hf_split!r}) from the "
-            f"Hugging Face hub ({type(exc).__name__}: {str(exc)[:300]}). {hint}"
-        ) from exc
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    data.to_pandas().to_parquet(cache, index=False)
-    return cache
-
-
-def load_source(src: SourceConfig, cache_dir: Path) -> tuple[pd.DataFrame, InputReport]:
-    """Read one source: `(rows, reader report)`; rows have `source`, `source_id`, `context`,
-    `human_response`. Hub data and JSON arrays are first written to Parquet in `cache_dir`."""
-    origin = f"hf://{src.hf_id}[{src.hf_split}]" if src.hf_id else None
-    ds: DatasetConfig = src
-    if src.hf_id:
-        path = _from_hub(src, cache_dir / f"{src.name}.parquet")
-        ds = src.model_copy(update={"path": str(path), "format": "parquet"})
-    else:
-        path = src.resolved_path()
-        if not path.is_file():
-            raise ConfigError(
-                f"source {src.name!r}: file not found: {path}. Download the data and set the "
-                f"source's path: 'sources=[...,{{dataset:{src.name},path:FILE}}]' (relative paths "
-                "are from the repository root), or load it from the hub with hf_id."
-            )
-        if _is_json_array(path, src.format):
-            cache = cache_dir / f"{src.name}.parquet"
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                pd.read_json(path, dtype=False).to_parquet(cache, index=False)
-            except ValueError as exc:
-                raise ConfigError(f"{path}: cannot be read as a JSON array: {exc}") from exc
-            origin = str(path)
-            ds = src.model_copy(update={"path": str(cache), "format": "parquet"})
-    try:
-        rows, report = read_contexts(ds)
-    except ConfigError as exc:
-        hint = (f" In jobs.curate, map columns per source: 'sources=[{{dataset:{src.name},"
-                "columns:{context:COLUMN,human_response:COLUMN}}]'." if "no column" in str(exc) else "")
-        raise ConfigError(f"source {src.name!r}: {exc}{hint}") from exc
-    if origin:
-        report.file = origin
-    rows = rows.rename(columns={"context_id": "source_id"})
-    rows.insert(0, "source", src.name)
-    return rows, report
-
-
-# --- filters -----------------------------------------------------------------------------------
+# --- cleaning ----------------------------------------------------------------------------------
 
 # Only real HTML tag names: "<3" or "a <b and c> d" in a client's message are text, not markup.
 _TAG_NAMES = (
@@ -248,39 +106,6 @@ def word_count(text: str | None) -> int | None:
     return None if text is None else len(text.split())
 
 
-@dataclass
-class FilterStep:
-    name: str
-    action: str  # "removed" or "changed"
-    description: str
-    per_source: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def total(self) -> int:
-        return sum(self.per_source.values())
-
-
-@dataclass
-class SourceSummary:
-    name: str
-    file: str
-    sensitivity: str
-    rows_read: int
-    rejected_by_reader: dict[str, int]
-    not_read_limit: int
-    loaded: int
-    kept: int = 0
-
-
-def summarize_source(src: SourceConfig, report: InputReport) -> SourceSummary:
-    rejected = report.counts()
-    return SourceSummary(
-        name=src.name, file=report.file, sensitivity=src.sensitivity, rows_read=report.rows_read,
-        rejected_by_reader=rejected, loaded=report.rows_ok,
-        not_read_limit=report.rows_read - report.rows_ok - sum(rejected.values()),
-    )
-
-
 def _clean(text: str | None, cfg: FilterConfig, changed: dict[str, bool]) -> str | None:
     if text is None:
         return None
@@ -300,12 +125,27 @@ def _clean(text: str | None, cfg: FilterConfig, changed: dict[str, bool]) -> str
     return text
 
 
-def apply_filters(
-    sources: list[tuple[SourceConfig, pd.DataFrame]], cfg: FilterConfig
-) -> tuple[pd.DataFrame, list[FilterStep]]:
-    """Clean and filter the rows of every source, in order. Returns the kept rows (with
-    `context_words`, `response_words`) and one `FilterStep` per filter with counts per source."""
-    steps = {
+# --- filters -----------------------------------------------------------------------------------
+
+
+@dataclass
+class FilterStep:
+    name: str
+    action: str  # "removed" or "changed"
+    description: str
+    per_source: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.per_source.values())
+
+
+KEPT_COLUMNS = ["context_id", "source", "source_id", "sensitivity", "context", "human_response",
+                "context_words", "response_words"]
+
+
+def _steps(cfg: FilterConfig) -> dict[str, FilterStep]:
+    return {
         "html_entities": FilterStep("html_entities", "changed", "HTML entities unescaped"),
         "html_tags": FilterStep("html_tags", "changed", "HTML tags stripped"),
         "wrapping_quotes": FilterStep("wrapping_quotes", "changed", "quotes around the whole text removed"),
@@ -321,6 +161,15 @@ def apply_filters(
         "duplicate_across_sources": FilterStep(
             "duplicate_across_sources", "removed", "normalized context seen in an earlier source"),
     }
+
+
+def apply_filters(
+    sources: list[tuple[SourceConfig, pd.DataFrame]], cfg: FilterConfig
+) -> tuple[pd.DataFrame, list[FilterStep]]:
+    """Clean and filter the rows of every source, in order. Returns the kept rows
+    (`KEPT_COLUMNS`: the source's sensitivity on each, and word counts) and one `FilterStep`
+    per filter with its counts per source."""
+    steps = _steps(cfg)
     for step in steps.values():
         step.per_source = {src.name: 0 for src, _ in sources}
     seen: dict[str, str] = {}  # normalized key -> source that first had it
@@ -362,11 +211,10 @@ def apply_filters(
                 continue
             kept.append({
                 "context_id": f"{src.name}:{row['source_id']}", "source": src.name,
-                "source_id": str(row["source_id"]), "context": context, "human_response": response,
-                "context_words": cw, "response_words": rw,
+                "source_id": str(row["source_id"]), "sensitivity": src.sensitivity,
+                "context": context, "human_response": response, "context_words": cw, "response_words": rw,
             })
-    cols = ["context_id", "source", "source_id", "context", "human_response", "context_words", "response_words"]
-    return pd.DataFrame.from_records(kept, columns=cols), list(steps.values())
+    return pd.DataFrame.from_records(kept, columns=KEPT_COLUMNS), list(steps.values())
 
 
 @dataclass

@@ -6,31 +6,32 @@ field is an error, not a field the API server silently drops. Then the propertie
 relies on: whole A100 nodes per GPU pod, a serve config whose tensor-parallel replicas fit on a
 node, secrets only by reference, and a RayJob that runs `python -m jobs.generate`.
 
-No cluster needed, only PyYAML and jsonschema; where Ray is installed, Ray's own `LLMConfig` and
-cluster-launcher schema check the serve config and the launcher YAML too (skipped otherwise).
+No cluster needed: PyYAML, jsonschema, and Ray's own `LLMConfig` and cluster-launcher schema,
+which check the serve config and the launcher YAML. Ray is a hard dependency of this project, so
+a Ray module that fails to import is a failure here, never a skip.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import importlib.util
 import json
 import re
 import shlex
 from pathlib import Path
 from typing import Any, Iterator
 
+import jsonschema
 import pytest
+import ray
 import yaml
 
-jsonschema = pytest.importorskip("jsonschema")
+from serving.deploy import VLLM_APP
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
 LAUNCHER = ROOT / "cluster" / "launcher" / "a100.yaml"
-SHARED_DATA = ROOT.parent / "shared" / "data"
-CRD_DIR = SHARED_DATA / "kuberay-crds"
+CRD_SUBDIR = "kuberay-crds"  # in the shared data folder (the `shared_data` fixture)
 
 # manifest file -> (kind, CRD file)
 MANIFESTS = {
@@ -45,11 +46,6 @@ GPU_RESOURCE = "nvidia.com/gpu"
 SERVE_LLM_BUILDER = "ray.serve.llm:build_openai_app"
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-needs_crds = pytest.mark.skipif(
-    not CRD_DIR.is_dir(),
-    reason=f"KubeRay CRDs not found at {CRD_DIR} (the shared data folder beside the repository)",
-)
 
 
 # --------------------------------------------------------------------------- loading
@@ -213,34 +209,32 @@ _K8sValidator = jsonschema.validators.extend(
 
 
 @functools.lru_cache(maxsize=None)
-def crd_validator(crd_file: str) -> Any:
-    crd = yaml.load((CRD_DIR / crd_file).read_text(), Loader=_Loader)
+def crd_validator(crd_path: Path) -> Any:
+    crd = yaml.load(crd_path.read_text(), Loader=_Loader)
     versions = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    assert versions, f"{crd_file} has no v1 version"
+    assert versions, f"{crd_path} has no v1 version"
     schema = _strict_json_schema(versions[0]["schema"]["openAPIV3Schema"])
     return _K8sValidator(schema)
 
 
-def schema_errors(doc: dict[str, Any], crd_file: str) -> list[str]:
-    errors = crd_validator(crd_file).iter_errors(doc)
+def schema_errors(doc: dict[str, Any], crd_path: Path) -> list[str]:
+    errors = crd_validator(crd_path).iter_errors(doc)
     return sorted(f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors)
 
 
-@needs_crds
 @pytest.mark.parametrize("name", sorted(MANIFESTS))
-def test_manifest_matches_its_crd_schema(name: str) -> None:
+def test_manifest_matches_its_crd_schema(name: str, shared_data: Path) -> None:
     kind, crd_file = MANIFESTS[name]
     doc = manifest(name)
     assert doc["apiVersion"] == "ray.io/v1"
     assert doc["kind"] == kind
     # KubeRay rejects names that are not DNS-1035 labels (they become Service names).
     assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", doc["metadata"]["name"])
-    errors = schema_errors(doc, crd_file)
+    errors = schema_errors(doc, shared_data / CRD_SUBDIR / crd_file)
     assert not errors, f"k8s/{name} does not match {crd_file}:\n" + "\n".join(errors[:30])
 
 
-@needs_crds
-def test_schema_check_rejects_typos_and_duplicates() -> None:
+def test_schema_check_rejects_typos_and_duplicates(shared_data: Path) -> None:
     """The strict schema must fail on what the API server would reject or silently drop."""
     doc = manifest("raycluster.yaml")
     worker = doc["spec"]["workerGroupSpecs"][-1]
@@ -248,7 +242,7 @@ def test_schema_check_rejects_typos_and_duplicates() -> None:
     container = ray_container(worker)
     container["env"].append(copy.deepcopy(container["env"][0]))  # duplicate env name
     container["resources"]["limits"]["memory"] = "lots"  # not a quantity
-    errors = "\n".join(schema_errors(doc, "ray.io_rayclusters.yaml"))
+    errors = "\n".join(schema_errors(doc, shared_data / CRD_SUBDIR / "ray.io_rayclusters.yaml"))
     assert "'minReplica' was unexpected" in errors
     assert "'minReplicas' is a required property" in errors
     assert "share the key" in errors
@@ -355,20 +349,11 @@ def llm_configs() -> list[dict[str, Any]]:
     ]
 
 
-def _vllm_app_name() -> str:
-    """The application name `serving.ensure` gives vLLM models (the zoo must use the same)."""
-    try:
-        from serving.deploy import VLLM_APP
-    except Exception:  # the serving package is optional for this test
-        return "vllm"
-    return VLLM_APP
-
-
 def test_serve_config_is_the_openai_app() -> None:
     apps = serve_config()["applications"]
     assert [a["import_path"] for a in apps] == [SERVE_LLM_BUILDER]
     app = apps[0]
-    name = _vllm_app_name()
+    name = VLLM_APP  # the application `serving.ensure` gives vLLM models: the zoo must match
     assert app["name"] == name and app["route_prefix"] == f"/{name}"
     assert set(app["args"]) <= {"llm_configs", "ingress_cls_config", "ingress_deployment_config"}
     ids = [c["model_loading_config"]["model_id"] for c in app["args"]["llm_configs"]]
@@ -409,10 +394,10 @@ def test_tensor_parallel_replicas_fit_on_a_node() -> None:
 
 def test_llm_configs_validate_with_ray() -> None:
     """Each llm_config is a valid Ray Serve LLM `LLMConfig` (Ray's own validators)."""
-    try:  # the internal class the public one subclasses; it imports without vLLM
-        from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
-    except Exception as exc:  # noqa: BLE001 - any import failure means: no Ray LLM here
-        pytest.skip(f"Ray Serve LLM not importable here: {exc}")
+    # The internal class the public one subclasses: it imports without vLLM. A failure to import
+    # it (Ray moved it) must fail here, or the serve config would go unchecked.
+    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
+
     for cfg in llm_configs():
         LLMConfig.model_validate(cfg)
 
@@ -527,12 +512,8 @@ def test_launcher_yaml() -> None:
 
 
 def test_launcher_yaml_matches_ray_schema() -> None:
-    spec = importlib.util.find_spec("ray")  # locates Ray without importing it
-    if spec is None or spec.origin is None:
-        pytest.skip("Ray is not installed here")
-    schema_file = Path(spec.origin).parent / "autoscaler" / "ray-schema.json"
-    if not schema_file.is_file():
-        pytest.skip("Ray's cluster-launcher schema (ray/autoscaler/ray-schema.json) not installed")
+    schema_file = Path(ray.__file__).parent / "autoscaler" / "ray-schema.json"
+    assert schema_file.is_file(), f"Ray's cluster-launcher schema is missing: {schema_file}"
     schema = json.loads(schema_file.read_text())
     launcher = yaml.safe_load(LAUNCHER.read_text())
     errors = sorted(

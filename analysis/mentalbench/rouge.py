@@ -16,8 +16,8 @@ from analysis.columns import (
     AVERAGE_LABEL, CONTEXT_ID, HUMAN_LABEL, HUMAN_RESPONSE, MODEL, MODEL_DISPLAY, N, RESPONDER,
     RESPONSE, RESPONSE_STATUS,
 )
-from analysis.data import llm_judges
-from analysis.tables import overall_table
+from analysis.mentalbench.data import Ratings, as_ratings
+from analysis.mentalbench.tables import overall_table
 from jobs.schemas import HUMAN_RESPONDER, STATUS_OK
 
 ROUGE_L = "rouge_l_f1"
@@ -77,7 +77,7 @@ def rouge_by_responder(scores: pd.DataFrame) -> pd.DataFrame:
 
 
 def responder_aliases(responses: pd.DataFrame) -> dict[str, str]:
-    """model -> display name, to match RESPONSES models with JUDGMENTS responders when the
+    """model -> display name, to match RESPONSES models with SCORES responders when the
     judge job recorded display names."""
     if MODEL_DISPLAY not in responses.columns:
         return {}
@@ -85,7 +85,7 @@ def responder_aliases(responses: pd.DataFrame) -> dict[str, str]:
     return dict(zip(pairs[MODEL], pairs[MODEL_DISPLAY]))
 
 
-def rouge_correlation(rouge_table: pd.DataFrame, judgments: pd.DataFrame,
+def rouge_correlation(rouge_table: pd.DataFrame, data: Ratings | pd.DataFrame,
                       aliases: dict[str, str] | None = None) -> pd.DataFrame:
     """Correlation across responders between mean ROUGE-L and mean judged score.
 
@@ -93,11 +93,12 @@ def rouge_correlation(rouge_table: pd.DataFrame, judgments: pd.DataFrame,
     responders, Pearson r and Spearman rho with their p-values (NaN below 3 responders). The
     human reference itself is not a responder here.
     """
-    scores = overall_table(judgments)
+    r = as_ratings(data)
+    scores = overall_table(r)
     rouge = rouge_table[ROUGE_L]
     if not set(rouge.index) & set(scores.index) and aliases:
         rouge = rouge.rename(index=aliases)
-    raters = [HUMAN_LABEL, AVERAGE_LABEL, *llm_judges(judgments)]
+    raters = [HUMAN_LABEL, AVERAGE_LABEL, *r.judges]
     rows = []
     for rater in raters:
         both = pd.concat([rouge, scores[rater]], axis=1, join="inner").dropna()

@@ -16,12 +16,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.columns import (
-    CONTEXT_ID, HUMAN_LABEL, JUDGE, N, RESPONDER, SCORE,
-)
-from analysis.data import human_pairs, llm_judges, llm_rows, prepare_judgments
+from analysis.columns import CONTEXT_ID, HUMAN_LABEL, JUDGE, N, RESPONDER, SCORE
+from analysis.mentalbench.data import Ratings, as_ratings
 from analysis.stats import holm
-from jobs.schemas import MENTALBENCH_ATTRIBUTES
 
 _KEYS = [CONTEXT_ID, RESPONDER]
 
@@ -63,14 +60,11 @@ def _alpha(matrix: np.ndarray) -> float:
     return float(krippendorff.alpha(reliability_data=m, level_of_measurement="ordinal"))
 
 
-def krippendorff_table(judgments: pd.DataFrame) -> pd.DataFrame:
+def krippendorff_table(data: Ratings | pd.DataFrame) -> pd.DataFrame:
     """Krippendorff's alpha (ordinal) per attribute (rows) among the LLM judges and among the
     LLM judges plus the human experts, with the number of items pairable in each."""
-    j = prepare_judgments(judgments)
-    llm = llm_rows(j)
-    hum = human_pairs(j)
-    judges = llm_judges(j)
-    attrs = list(MENTALBENCH_ATTRIBUTES)
+    r = as_ratings(data)
+    llm, hum, judges, attrs = r.llm, r.human, r.judges, r.attributes
     # One wide frame per source (items x (attribute, judge)) rather than a pivot per attribute.
     llm_w = llm.groupby([*_KEYS, JUDGE])[attrs].mean().unstack(JUDGE)
     hum_w = hum.set_index(_KEYS)[attrs]
@@ -91,7 +85,7 @@ def krippendorff_table(judgments: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("attribute")
 
 
-def self_family_preference(judgments: pd.DataFrame, families: dict[str, str]) -> pd.DataFrame:
+def self_family_preference(data: Ratings | pd.DataFrame, families: dict[str, str]) -> pd.DataFrame:
     """Does a judge score responders of its own family higher than judges of other families do?
 
     For every item, gap = judge's score - mean score of the LLM judges of *other* families (a
@@ -107,9 +101,8 @@ def self_family_preference(judgments: pd.DataFrame, families: dict[str, str]) ->
         One row per LLM judge: family, own responders, n (contexts), gap_own, gap_other,
         self_preference, t, p, p_holm.
     """
-    j = prepare_judgments(judgments)
-    llm = llm_rows(j)
-    judges = llm_judges(j)
+    r = as_ratings(data)
+    llm, judges = r.llm, r.judges
     wide = llm.pivot_table(index=_KEYS, columns=JUDGE, values=SCORE, aggfunc="mean")
     rows = []
     for judge in judges:
