@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from jobs.rubric.parse import _FENCE_RE, _balanced_objects, _loads_lenient
+from jobs.rubric.parse import json_candidates
 from jobs.schemas import CONTEXTS, STATUS_ERROR, STATUS_OK, STATUS_PARSE_ERROR
 from jobs.stage import ChatStage
 from serving.config import GenerationOverrides
@@ -104,12 +104,7 @@ class LabelParse:
 def _first_json(text: str) -> dict | list | None:
     """The first object or list in an answer: fenced blocks, then the whole text (a bare list),
     then every balanced `{...}` in the prose (the rubric engine's extractors)."""
-    pieces = [m.group(1) for m in _FENCE_RE.finditer(text)] + [text] + _balanced_objects(text)
-    for piece in pieces:
-        value = _loads_lenient(piece.strip())
-        if isinstance(value, (dict, list)):
-            return value
-    return None
+    return next((v for v in json_candidates(text, whole=True) if isinstance(v, (dict, list))), None)
 
 
 def _key(text: str) -> str:

@@ -181,6 +181,14 @@ def _balanced_objects(text: str) -> list[str]:
     return out
 
 
+def json_candidates(text: str, whole: bool = False) -> list[Any]:
+    """Every JSON value an answer may hold, read leniently, in the order to try them: fenced
+    blocks, then (with `whole`) the whole text, then every balanced `{...}`. The one JSON
+    extractor of the code base: the rubric parser and the curation labeler both use it."""
+    pieces = [m.group(1) for m in _FENCE_RE.finditer(text)] + ([text] if whole else []) + _balanced_objects(text)
+    return [v for v in (_loads_lenient(p.strip()) for p in pieces) if v is not None]
+
+
 def _loads_lenient(s: str) -> Any:
     try:
         return json.loads(s)
@@ -289,11 +297,10 @@ def parse_answer(raw: str | None, rubric: Rubric) -> ParsedAnswer:
         return nothing("answer holds only reasoning: no scores")
 
     wanted = {_norm_key(a) for a in names}
-    candidates = [m.group(1) for m in _FENCE_RE.finditer(text)] + _balanced_objects(text)
     best: dict[str, Any] | None = None
     best_hits = 0
-    for cand in candidates:
-        obj = _score_map(_loads_lenient(cand.strip()), wanted)
+    for cand in json_candidates(text):
+        obj = _score_map(cand, wanted)
         if obj is None:
             continue
         hits = len({_norm_key(k) for k in obj} & wanted)
