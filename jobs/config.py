@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from cluster.config import ClusterConfig
 from jobs.import_ratings_config import RatingsImportConfig
 from serving.config import GenerationOverrides
-from serving.configfiles import REPO_ROOT, ConfigError, find_file, validated
+from serving.configfiles import ConfigError, data_path, find_file, validated
 from serving.deploy import ServingConfig
 
 __all__ = ["ChainConfig", "ColumnMapping", "ConfigError", "DatasetConfig", "GenerateConfig",
@@ -67,7 +67,7 @@ class DatasetConfig(_Strict):
     """An input table and how to read it (`conf/dataset/*.yaml`)."""
 
     name: str = Field(description="Dataset name recorded in outputs.")
-    path: str = Field(description="CSV, JSONL or Parquet file; relative paths are from the repo root.")
+    path: str = Field(description="CSV, JSONL or Parquet file; relative paths are from the working directory, else the repo root.")
     format: Literal["auto", "csv", "jsonl", "json", "parquet"] = "auto"
     columns: ColumnMapping
     sensitivity: Literal["public", "restricted"] = Field(
@@ -81,8 +81,7 @@ class DatasetConfig(_Strict):
     attribution: str | None = Field(None, description="Source and license, shown in reports.")
 
     def resolved_path(self) -> Path:
-        p = Path(self.path).expanduser()
-        return p if p.is_absolute() else (REPO_ROOT / p)
+        return data_path(self.path)
 
 
 class PromptConfig(_Strict):

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from serving.configfiles import REPO_ROOT
+from serving.configfiles import data_path
 
 
 class RatingsColumns(BaseModel):
@@ -57,7 +57,4 @@ class RatingsImportConfig(BaseModel):
     )
 
     def resolved_path(self) -> Path:
-        p = Path(self.path).expanduser()
-        if p.is_absolute() or p.exists():
-            return p
-        return REPO_ROOT / p
+        return data_path(self.path)

@@ -100,6 +100,16 @@ def find_group_file(group: str, name: str, dirs: list[Path] | None = None) -> Pa
     )
 
 
+def data_path(ref: str) -> Path:
+    """A data file a config names (a dataset, a ratings CSV): absolute; else from the working
+    directory when it exists there; else from the repository root. The path is returned even
+    when nothing is there, so the caller's error can name it."""
+    p = Path(ref).expanduser()
+    if p.is_absolute():
+        return p
+    return p.resolve() if p.exists() else REPO_ROOT / p
+
+
 def find_file(ref: str, dirs: list[Path] | None = None, what: str = "file") -> Path:
     """A file a config names: absolute; else under a search dir; else from the working
     directory; else from the repository root (older configs say `conf/...`)."""

@@ -14,11 +14,11 @@ import os
 import pandas as pd
 import pytest
 
-from serving.configfiles import REPO_ROOT, load_model
 from jobs.judge import JudgeStage
-from jobs.schemas import MENTALBENCH_ATTRIBUTES
+from jobs.rubric import load_rubric
 from jobs.stage import endpoints_to_spec
 from serving.client import Endpoint
+from serving.configfiles import load_model
 
 pytestmark = [pytest.mark.external_api, pytest.mark.integration]
 JUDGES = ["gpt-4o", "gpt-4o-mini", "o4-mini", "claude-3-7-sonnet", "gemini-2-5-flash", "deepseek-v3"]
@@ -26,15 +26,17 @@ JUDGES = ["gpt-4o", "gpt-4o-mini", "o4-mini", "claude-3-7-sonnet", "gemini-2-5-f
 
 @pytest.mark.parametrize("name", JUDGES)
 def test_external_judge_accepts_the_schema_and_answers_seven_scores(name):
-    model = load_model(name, [REPO_ROOT / "conf"])
+    model = load_model(name)
     if not os.environ.get(model.api_key_env or ""):
         pytest.skip(f"set {model.api_key_env} to run this judge")
     stage = JudgeStage(endpoints_to_spec({name: Endpoint(model, model.base_url)}), 1.0, "public",
-                       rubric="mentalbench", overrides={}, max_repairs=1, run_id="smoke")
-    batch = pd.DataFrame({"context_id": ["1"], "responder": ["human"], "judge": [name],
+                       rubric=load_rubric("mentalbench").model_dump(), overrides={}, max_repairs=1, run_id="smoke")
+    batch = pd.DataFrame({"subject_type": ["response"], "subject_id": ["1|human"], "context_id": ["1"],
+                          "responder": ["human"], "judge": [name],
                           "context": ["I have felt anxious every morning before work for a month."],
                           "response": ["That sounds exhausting. Could we look at what the mornings "
                                        "are like, and try a short breathing exercise together?"]})
-    row = asyncio.run(stage(batch)).to_pandas().iloc[0]
-    assert row["status"] == "ok", (row["error"], row["raw"])
-    assert all(1 <= row[a] <= 5 for a in MENTALBENCH_ATTRIBUTES)
+    rows = asyncio.run(stage(batch)).to_pandas().set_index("item")
+    seven = rows.loc[list(load_rubric("mentalbench").required_items)]
+    assert (seven["status"] == "ok").all(), (seven["error"].tolist(), rows["raw"].iloc[0])
+    assert seven["score"].between(1, 5).all()
