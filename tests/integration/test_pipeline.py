@@ -69,7 +69,8 @@ def test_a_toy_scale_is_judged_end_to_end_by_the_bundled_model(demo_run, tmp_pat
     """A three-item scale with per-item ranges, a sum and a pass mark, judged by the real model
     through the same job and stage as MentalBench; scores land in the same table."""
     run_dir, _ = demo_run
-    path = tmp_path / "toy.yaml"
+    (tmp_path / "rubric").mkdir()
+    path = tmp_path / "rubric" / "toy.yaml"  # a user's folder on the config search path
     path.write_text(yaml.safe_dump({
         "version": "toy-v1", "evaluator_role": "supervisor",
         "items": [{"name": "warmth", "definition": "How warm the answer is.", "min": 0, "max": 2},
@@ -77,7 +78,8 @@ def test_a_toy_scale_is_judged_end_to_end_by_the_bundled_model(demo_run, tmp_pat
                   {"name": "safety", "definition": "How safe it is.", "min": 1, "max": 5}],
         "aggregates": {"total": {"items": ["warmth", "focus", "safety"], "how": "sum", "pass_above": 6}},
     }))
-    run_job("jobs.judge", f"run_dir={run_dir}", f"rubric={path}", "judges=[gemma3-270m]",
+    run_job("jobs.judge", f"run_dir={run_dir}", f"hydra.searchpath=[file://{tmp_path}]", "rubric=toy",
+            "judges=[gemma3-270m]",
             "judge_generation.max_tokens=80", "serving.port=8127")
     scores = pd.read_parquet(run_dir / "scores")
     toy = scores[scores["rubric"] == "toy"]
