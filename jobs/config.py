@@ -11,6 +11,7 @@ search path (`serving.configfiles`).
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -182,7 +183,12 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
     try:
         data = with_group_names(OmegaConf.to_container(raw, resolve=True), dict(HydraConfig.get().runtime.choices))
         data["run_dir"] = str(Path(data["run_dir"]).resolve())
-        code = run(validate(data, model_cls, where))
+        cfg = validate(data, model_cls, where)
+        if not getattr(cfg, "verbose", False):
+            # Hydra sets the root logger to INFO: our libraries' and Ray's chatter would land
+            # between the progress bars. The job prints what a user needs itself.
+            logging.getLogger().setLevel(logging.WARNING)
+        code = run(cfg)
     except (ConfigError, DataGovernanceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         code = 2
