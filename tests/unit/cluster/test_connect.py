@@ -109,6 +109,8 @@ def test_connect_passes_the_arguments_and_says_where_the_logs_are(verbose, tmp_p
                                                                   restore_loggers):
     import ray
 
+    # Serve's own default; an earlier test in this process may have quieted it (restored after).
+    logging.getLogger("ray.serve").setLevel(logging.INFO)
     session = tmp_path / "session"
     (session / "logs").mkdir(parents=True)
     calls = []
