@@ -125,7 +125,7 @@ class JudgeConfig(RunConfig):
     """`python -m jobs.judge`: a panel of judges scores the run's responses on a rubric -> scores."""
 
     judges: list[str] = Field(default_factory=list, description="Judge model file names.")
-    rubric: str = Field(description="Rubric file (conf/rubric/<name>.yaml on the search path) or path.")
+    rubric: str = Field(description="The `rubric` config group's choice: conf/rubric/NAME.yaml, or DIR/rubric/NAME.yaml with hydra.searchpath=[file://DIR].")
     judge_generation: GenerationOverrides = Field(
         default_factory=GenerationOverrides, description="Overrides of each judge's sampling defaults."
     )

@@ -87,8 +87,9 @@ class JudgeStage(ChatStage):
             "created_at": datetime.now(timezone.utc),
         }
 
-    def failed_rows(self, row: dict[str, Any], error: str) -> list[dict[str, Any]]:
-        common = self._common(row)
+    def failed_rows(self, row: dict[str, Any], error: str, **call: Any) -> list[dict[str, Any]]:
+        """A call that failed: an `error` row for every required item, with the reason."""
+        common = {**self._common(row), **call}
         return [{**common, "item": it, "status": STATUS_ERROR, "error": error} for it in self.rubric.required_items]
 
     async def process_row(self, row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -116,11 +117,10 @@ class JudgeStage(ChatStage):
                 break
             messages = repair_prompt(raw, parsed.error, self.rubric, messages)
 
-        common = {**self._common(row), **calls, "raw": raw,
-                  "finish_reason": result.finish_reason if result else None}
+        calls.update(raw=raw, finish_reason=result.finish_reason if result else None)
         if result is None or not result.ok or parsed is None:
-            error = result.error if result else "no call made"
-            return [{**common, "item": it, "status": STATUS_ERROR, "error": error} for it in self.rubric.required_items]
+            return self.failed_rows(row, result.error if result else "no call made", **calls)
+        common = {**self._common(row), **calls}
         return [{**common, "item": r.item, "score": r.score, "answer": r.answer, "status": r.status,
                  "error": r.error, "explanation": parsed.explanation} for r in parsed.items.values()]
 
@@ -140,7 +140,7 @@ def call_counter(rubric: Rubric):
 
 def failed_calls(store: TableStore, rubric: Rubric, planned: set[tuple[str, ...]]) -> set[tuple[str, ...]]:
     """Planned calls already written whose required items are not all ok: asked again on resume."""
-    scores = store.read()
+    scores = store.read(columns=["status"])  # the key and the status: not the raw answers
     if scores.empty:
         return set()
     s = scores[scores["rubric"].eq(rubric.name) & scores["item"].isin(rubric.required_items)]

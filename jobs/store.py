@@ -111,11 +111,16 @@ class TableStore:
         os.replace(tmp, self.dir / name)
         return self.dir / name
 
-    def read(self) -> pd.DataFrame:
+    def read(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """The table (or these columns of it, plus the key), one row per key."""
+        schema = self.table.schema
+        if columns is not None:
+            wanted = [*self.table.key, *(c for c in columns if c not in self.table.key)]
+            schema = pa.schema([schema.field(c) for c in wanted])
         parts = self.parts()
         if not parts:
-            return self.table.schema.empty_table().to_pandas()
-        df = pa.concat_tables(pq.read_table(p, schema=self.table.schema) for p in parts).to_pandas()
+            return schema.empty_table().to_pandas()
+        df = pa.concat_tables(pq.read_table(p, schema=schema, columns=schema.names) for p in parts).to_pandas()
         # One row per key: a part rewritten by `drop_failed` may briefly coexist with its original.
         return df.drop_duplicates(subset=list(self.table.key), keep="last").reset_index(drop=True)
 

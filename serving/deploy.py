@@ -130,17 +130,10 @@ def ensure(models: list[ModelConfig], cfg: ServingConfig, verbose: bool = False)
     elif hosted:
         from ray import serve
 
-        # The driver's "ray.serve" logger says "Started Serve", "Deployed app" at INFO: lines
-        # between the progress bars that tell nothing the job does not print itself.
-        quiet = not verbose
-        if quiet:
-            logging.getLogger("ray.serve").setLevel(logging.WARNING)
         serve.start(
             http_options={"host": cfg.host, "port": cfg.port, "location": cfg.proxy_location},
             logging_config=serve_logging(verbose) or None,
         )
-        if quiet:  # serve.start may have configured it again
-            logging.getLogger("ray.serve").setLevel(logging.WARNING)
         running = _running_apps()
         cpu = [m for m in hosted if m.engine == "llamacpp"]
         gpu = [m for m in hosted if m.engine == "vllm"]

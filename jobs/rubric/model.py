@@ -106,17 +106,6 @@ class Aggregate(_Strict):
     def has_pass(self) -> bool:
         return self.pass_above is not None or self.pass_at_least is not None
 
-    def value(self, scores: list[float | None]) -> float | None:
-        present = [s for s in scores if s is not None and math.isfinite(s)]
-        if not present or (self.on_missing == "fail" and len(present) < len(scores)):
-            return None
-        return sum(present) / len(present) if self.how == "mean" else float(sum(present))
-
-    def passes(self, value: float | None) -> bool | None:
-        if value is None or not self.has_pass:
-            return None
-        return value > self.pass_above if self.pass_above is not None else value >= self.pass_at_least  # type: ignore[operator]
-
 
 class Rubric(_Strict):
     """A rubric or scale, loaded from `conf/rubric/<name>.yaml` by `load_rubric`."""
@@ -267,8 +256,12 @@ class Rubric(_Strict):
     # --- summarising ----------------------------------------------------------------------------
 
     def aggregate(self, scores: Mapping[str, float | None]) -> dict[str, float | None]:
-        """Every aggregate of one evaluation (item -> valid score or None)."""
-        return {name: a.value([_finite(scores.get(i)) for i in a.items]) for name, a in self.aggregates.items()}
+        """Every aggregate of one evaluation (item -> valid score or None), by `aggregate_frame`."""
+        import pandas as pd
+
+        row = pd.DataFrame([{i: _finite(scores.get(i)) for i in self.required_items}], dtype=float)
+        out = self.aggregate_frame(row).iloc[0]
+        return {name: None if pd.isna(out[name]) else float(out[name]) for name in self.aggregates}
 
     def aggregate_frame(self, wide):
         """Aggregates (and `<name>_pass` where a threshold is set) of a frame with one column per

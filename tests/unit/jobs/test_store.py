@@ -225,3 +225,13 @@ def test_drop_removes_every_row_of_the_named_calls_and_keeps_the_rest(tmp_path):
     left = store.existing_keys(SCORES_CALL_KEY)
     assert left == {("response", "1|a", "h", "r"), ("response", "2|a", "g", "r"), ("response", "2|a", "h", "r")}
     assert len(store.read()) == 6
+
+
+def test_read_some_columns_keeps_the_key_and_one_row_per_key(tmp_path):
+    store = TableStore(tmp_path, RESPONSES, writer=True)
+    store.append([{"context_id": "1", "model": "a", "status": "error", "response": "x" * 1000}])
+    store.append([{"context_id": "1", "model": "a", "status": "ok", "response": "y"}])
+    df = store.read(columns=["status"])
+    assert list(df.columns) == ["context_id", "model", "status"]
+    assert df.to_dict("records") == [{"context_id": "1", "model": "a", "status": "ok"}]
+    assert list(TableStore(tmp_path / "none", RESPONSES).read(columns=["status"]).columns) == ["context_id", "model", "status"]
