@@ -28,6 +28,12 @@ HUMAN_RESPONDER = "human"  # a dataset's human reference answer, written as one 
 
 # Kinds of subject a score is about (`SCORES.subject_type`).
 SUBJECT_RESPONSE = "response"
+SUBJECT_DIALOGUE = "dialogue"
+
+# How a dialogue ended (`DIALOGUES.ended_by`).
+ENDED_STOP_TOKEN = "stop_token"  # an agent ended it with the stop token, after the minimum turns
+ENDED_CAP = "cap"                # it reached the hard cap of turns
+ENDED_ERROR = "error"            # a turn failed; the completed turns are kept, resume continues
 
 
 @dataclass(frozen=True)
@@ -144,9 +150,71 @@ SCORES = Table(
         ]
     ),
 )
-SCORES_CALL_KEY = SCORES.key[:-1]  # one judge call (or one rating row) scores every item at once
+SCORES_CALL_KEY = SCORES.key[:-1]
 
-TABLES = {t.name: t for t in (RESPONSES, CONTEXTS, SCORES)}
+# Multi-turn conversations between two agents (the shared dialogue engine, `jobs.dialogue`).
+# A dialogue's id is composed by the method that runs it (e.g. `<profile>|<model>`, or with a
+# prompt variant and an iteration). Each finished turn is a `TURNS` row as soon as it is answered,
+# so an interrupted dialogue resumes from its last completed turn; `DIALOGUES` holds one row per
+# dialogue once it ends (stop token, cap, or a failed turn: then `stopped_at_turn` says where).
+TURN_STRUCT = pa.struct(
+    [
+        pa.field("turn", pa.int32()),      # 1-based position in the dialogue
+        pa.field("role", pa.string()),     # the agent's role, e.g. therapist / client
+        pa.field("model", pa.string()),
+        pa.field("text", pa.string()),     # cleaned: role prefix, stray notes and stop token removed
+        pa.field("tokens", pa.int64()),    # completion tokens of the accepted answer
+        pa.field("round", pa.int32()),     # 1-based exchange (a round = each agent once)
+        pa.field("phase", pa.string()),    # the phase the round belonged to, when the method has phases
+    ]
+)
+
+TURNS = Table(
+    name="turns",
+    key=("dialogue_id", "turn"),
+    schema=pa.schema(
+        [
+            pa.field("dialogue_id", pa.string(), nullable=False),
+            pa.field("turn", pa.int32(), nullable=False),
+            pa.field("context_id", pa.string()),
+            pa.field("role", pa.string()),
+            pa.field("model", pa.string()),
+            pa.field("text", pa.string()),
+            pa.field("raw", pa.string()),          # the answer as the model wrote it
+            pa.field("stop", pa.bool_()),          # the turn carried an honored stop token
+            pa.field("regenerations", pa.int32()),  # repeated utterances asked again
+            pa.field("round", pa.int32()),
+            pa.field("phase", pa.string()),
+            *CALL_FIELDS,
+            *_RUN_FIELDS,
+        ]
+    ),
+)
+
+DIALOGUES = Table(
+    name="dialogues",
+    key=("dialogue_id",),
+    schema=pa.schema(
+        [
+            pa.field("dialogue_id", pa.string(), nullable=False),
+            pa.field("context_id", pa.string()),      # the profile / card the dialogue is about
+            pa.field("model", pa.string()),           # the agent under test (therapist, counselor)
+            pa.field("partner_model", pa.string()),   # the other agent (the client simulator)
+            pa.field("variant", pa.string()),         # a method's variant (prompt, iteration), or null
+            pa.field("prompt_version", pa.string()),
+            pa.field("first_speaker", pa.string()),
+            pa.field("turns", pa.list_(TURN_STRUCT)),
+            pa.field("n_turns", pa.int32()),
+            pa.field("ended_by", pa.string()),        # ENDED_STOP_TOKEN | ENDED_CAP | ENDED_ERROR
+            pa.field("stopped_at_turn", pa.int32()),  # last completed turn when ended_by is error
+            *CALL_FIELDS,                             # summed over the turns; status/error of the dialogue
+            *GENERATION_FIELDS,                       # the agent under test's sampling parameters
+            *_RUN_FIELDS,
+        ]
+    ),
+)  # one judge call (or one rating row) scores every item at once
+
+TABLES = {t.name: t for t in (RESPONSES, CONTEXTS, SCORES, TURNS, DIALOGUES)}
 
 
 def response_subject_id(context_id: str, responder: str) -> str:
