@@ -11,7 +11,9 @@ search path (`serving.configfiles`).
 
 from __future__ import annotations
 
+import importlib
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -25,7 +27,7 @@ from serving.configfiles import ConfigError, data_path, find_file, validated
 from serving.deploy import ServingConfig
 
 __all__ = ["ChainConfig", "ColumnMapping", "ConfigError", "DatasetConfig", "GenerateConfig",
-           "JudgeConfig", "PromptConfig", "RunConfig", "run_entrypoint", "validate"]
+           "JudgeConfig", "PromptConfig", "RunConfig", "method_config", "run_entrypoint", "validate"]
 
 
 class _Strict(BaseModel):
@@ -140,9 +142,11 @@ class JudgeConfig(RunConfig):
 class ChainConfig(GenerateConfig, JudgeConfig):
     """`python -m jobs.pipeline`: an experiment's whole chain, its steps named in the config."""
 
-    steps: list[Literal["generate", "judge", "import_ratings", "report"]] = Field(
+    steps: list[str] = Field(
         default_factory=lambda: ["generate", "judge", "import_ratings", "report"],
-        description="The chain's steps, in order (import_ratings runs only when `ratings` is set).",
+        description="The chain's steps, in order: a job of the experiment's method "
+        "(jobs/<method>/<step>.py) or a shared one (jobs/<step>.py), `import_ratings` (runs only "
+        "when `ratings` is set) and `report`.",
     )
     ratings: RatingsImportConfig | None = Field(
         None, description="Human (or released) ratings to import into the scores table, or None."
@@ -163,9 +167,32 @@ def with_group_names(data: dict[str, Any], choices: dict[str, Any]) -> dict[str,
     return out
 
 
+_METHOD_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def method_config(method: str | None) -> type[RunConfig]:
+    """The whole-chain config of a method: `PIPELINE_CONFIG` in `jobs/<method>/config.py` when
+    the method defines one (its own steps and keys), else the shared `ChainConfig`.
+
+    Found by convention, so shared code never names a method."""
+    if not method:
+        return ChainConfig
+    if not _METHOD_RE.match(method):
+        raise ConfigError(f"method {method!r} is not a package name (lower case, digits, _)")
+    try:
+        module = importlib.import_module(f"jobs.{method}.config")
+    except ModuleNotFoundError as exc:
+        if exc.name in (f"jobs.{method}", f"jobs.{method}.config"):
+            return ChainConfig
+        raise
+    return getattr(module, "PIPELINE_CONFIG", ChainConfig)
+
+
 def validate(data: dict[str, Any], model_cls: type[BaseModel], where: str = "config") -> Any:
-    """Validate a resolved config into `model_cls`, leaving out the keys of sibling jobs."""
-    siblings = set(ChainConfig.model_fields) - set(model_cls.model_fields)
+    """Validate a resolved config into `model_cls`, leaving out the keys of sibling jobs: those of
+    the shared chain and of the experiment's method chain (`method_config`)."""
+    known = set(ChainConfig.model_fields) | set(method_config(data.get("method")).model_fields)
+    siblings = known - set(model_cls.model_fields)
     own = {k: v for k, v in data.items() if k not in siblings}
     return validated(model_cls, own, where)
 

@@ -4,8 +4,11 @@
     python -m jobs.pipeline experiment=mentalbench dry_run=true  # the paper-scale plan
     python -m jobs.pipeline experiment=mentalbench cluster=auto run_dir=/mnt/runs/mb/001
 
-The experiment names its steps (`steps: [generate, judge, import_ratings, report]`); each is a
-shared job: generate (responders, and the human reference where asked) -> judge (the panel, on
+The experiment names its method and its steps. A step is a job of the method
+(`jobs/<method>/<step>.py`) or a shared one (`jobs/<step>.py`), each with `run(cfg)`, or one of
+the built-ins `import_ratings` and `report`; the method's chain config is `PIPELINE_CONFIG` in
+`jobs/<method>/config.py` (else the shared `ChainConfig`). MentalBench's chain is all shared
+jobs: generate (responders, and the human reference where asked) -> judge (the panel, on
 the experiment's rubric) -> import ratings (when the experiment names them) -> the report of
 the experiment's method. Every step resumes from what the run directory already holds, so
 re-running the same command after a crash finishes the job.
@@ -13,14 +16,17 @@ re-running the same command after a crash finishes the job.
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import hydra
 from omegaconf import DictConfig
 
-from jobs.config import ChainConfig, run_entrypoint
+from jobs.config import ChainConfig, ConfigError, method_config, run_entrypoint
 
 
 def write_run_record(cfg: ChainConfig) -> None:
@@ -33,21 +39,45 @@ def write_run_record(cfg: ChainConfig) -> None:
     path.write_text(json.dumps(record, indent=1), encoding="utf-8")
 
 
-def run(cfg: ChainConfig) -> int:
-    from jobs import generate, judge
+# Steps every method can use that are not model-calling jobs.
+BUILTIN_STEPS = ("import_ratings", "report")
 
+
+def step_runner(method: str | None, step: str) -> Callable[[Any], int]:
+    """The job a step names: `jobs/<method>/<step>.py` when the method has one, else the shared
+    `jobs/<step>.py`; either defines `run(cfg) -> exit code`."""
+    candidates = ([f"jobs.{method}.{step}"] if method else []) + [f"jobs.{step}"]
+    for name in candidates:
+        if name == __name__:
+            continue
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name in (name, name.rsplit(".", 1)[0]):
+                continue
+            raise
+        if callable(getattr(module, "run", None)):
+            return module.run
+    where = f"jobs/{method}/{step}.py or jobs/{step}.py" if method else f"jobs/{step}.py"
+    raise ConfigError(f"steps: no job {step!r} ({where} with a run(cfg)); the built-in steps are "
+                      f"{list(BUILTIN_STEPS)}")
+
+
+def run(cfg: ChainConfig) -> int:
+    # Resolve every step before the first one runs: a typo must not surface after an hour.
+    runners = {s: step_runner(cfg.method, s) for s in cfg.steps if s not in BUILTIN_STEPS}
     started = time.perf_counter()
     if not cfg.dry_run:
         write_run_record(cfg)
     for step in cfg.steps:
-        if step in ("generate", "judge"):
+        if step in runners:
             print(f"== {step} ==", flush=True)
-            code = {"generate": generate.run, "judge": judge.run}[step](cfg)
+            code = runners[step](cfg)
             if code:
                 return code
         elif cfg.dry_run:
             continue
-        elif step == "import_ratings" and cfg.ratings is not None:
+        elif step == "import_ratings" and getattr(cfg, "ratings", None) is not None:
             print("== import ratings ==", flush=True)
             from jobs.import_ratings import run_from_dict
 
@@ -64,7 +94,13 @@ def run(cfg: ChainConfig) -> int:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="pipeline")
 def main(raw: DictConfig) -> None:
-    run_entrypoint(raw, ChainConfig, run, "pipeline config")
+    try:
+        # The experiment's method decides the chain's keys and steps (jobs/<method>/config.py).
+        config_cls = method_config(raw.get("method"))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    run_entrypoint(raw, config_cls, run, "pipeline config")
 
 
 if __name__ == "__main__":
