@@ -2,8 +2,10 @@
 
     python -m analysis.report RUN_DIR [--out DIR] [--method NAME] [method options]
 
-The method is `RUN_DIR/run.json`'s `method` when that file exists, else the `method` of the
-rubric(s) the run's scores were made with (`conf/rubric/<rubric>.yaml`). By convention method
+A folder that holds nothing a job writes (no `run.json`, no input report, no table folder) is
+not a run directory: the command says so and exits 2, writing nothing there. The method is
+`RUN_DIR/run.json`'s `method` when that file exists, else the `method` of the rubric(s) the run's
+scores were made with (`conf/rubric/<rubric>.yaml`). By convention method
 `<m>` has its analysis in `analysis/<m>/report.py`, which defines `build_report(run_dir,
 out_dir=None, **options)` and may define `add_arguments(parser)` for its command-line options
 (`python -m analysis.report RUN_DIR --help` lists them). Nothing here names a method.
@@ -22,9 +24,11 @@ from typing import Any
 
 from analysis.scores import load_scores, rubrics_in
 from jobs.rubric import load_rubric
+from jobs.schemas import TABLES
 from serving.configfiles import ConfigError
 
 RUN_FILE = "run.json"
+INPUT_REPORT_FILE = "input_report.json"  # what a job that read a dataset writes first
 _METHOD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -32,14 +36,43 @@ class NoMethodError(ValueError):
     """The run's method cannot be found, or has no analysis package."""
 
 
+class NotARunError(ValueError):
+    """The folder is not a run directory: nothing there to report on (and nothing is written)."""
+
+
+def check_run_dir(run_dir: str | Path) -> Path:
+    """`run_dir` as a Path if it is a run directory: it holds `run.json`, the input report or a
+    table (a shared table's folder, or any folder of `part-*.parquet` files: a method's own
+    tables count too).
+
+    Raises:
+        NotARunError: a missing path, a file, or a folder no job wrote (e.g. an empty one).
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        problem = "no such folder"
+    elif not run_dir.is_dir():
+        problem = "it is a file"
+    elif ((run_dir / RUN_FILE).is_file() or (run_dir / INPUT_REPORT_FILE).is_file()
+          or any(d.is_dir() and (d.name in TABLES or next(d.glob("part-*.parquet"), None))
+                 for d in run_dir.iterdir())):
+        return run_dir
+    else:
+        problem = (f"it has no {RUN_FILE}, no {INPUT_REPORT_FILE} and no table: no folder of "
+                   f"part-*.parquet files such as {', '.join(n + '/' for n in sorted(TABLES))}")
+    raise NotARunError(f"{run_dir}: not a run directory ({problem}); pass the folder a job wrote, "
+                       "e.g. runs/<experiment>/<timestamp>")
+
+
 def find_method(run_dir: str | Path) -> str:
     """The evaluation method of a run: `run.json`'s `method`, else its rubrics' `method`.
 
     Raises:
+        NotARunError: `run_dir` is not a run directory.
         NoMethodError: no run.json method and no scores of a rubric that names one, or rubrics
             of several methods.
     """
-    run_dir = Path(run_dir)
+    run_dir = check_run_dir(run_dir)
     run_file = run_dir / RUN_FILE
     if run_file.is_file():
         try:
@@ -94,7 +127,11 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *, meth
         out_dir: where to write; default `run_dir/report`.
         method: the method; default `find_method(run_dir)`.
         **options: passed to the method's `build_report`.
+
+    Raises:
+        NotARunError: `run_dir` is not a run directory (checked first: nothing is written).
     """
+    check_run_dir(run_dir)
     module = method_module(method or find_method(run_dir))
     return module.build_report(run_dir, out_dir, **options)
 
@@ -109,18 +146,18 @@ def main(argv: list[str] | None = None) -> None:
     known, _ = base.parse_known_args(argv)
     parser = argparse.ArgumentParser(prog=base.prog, description=base.description, parents=[base])
     module = None
-    if known.run_dir is not None and known.run_dir.is_dir():
+    if known.run_dir is not None:
         try:
+            # Checked before anything else, so that a wrong folder gets no report/ written in it.
+            check_run_dir(known.run_dir)
             module = method_module(known.method or find_method(known.run_dir))
-        except NoMethodError as exc:
+        except (NotARunError, NoMethodError) as exc:
             parser.error(str(exc))
         if hasattr(module, "add_arguments"):
             module.add_arguments(parser.add_argument_group(f"{module.__name__.split('.')[1]} options"))
     args = parser.parse_args(argv)
     if args.run_dir is None:
         parser.error("RUN_DIR is required")
-    if module is None:
-        parser.error(f"{args.run_dir} is not a directory (expected a run directory with Parquet tables)")
     options = {k: v for k, v in vars(args).items() if k not in ("run_dir", "out", "method")}
     print(module.build_report(args.run_dir, args.out, **options))
 

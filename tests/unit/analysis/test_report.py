@@ -55,9 +55,9 @@ def test_run_json_wins_and_a_method_without_analysis_is_a_clear_error(tmp_path):
 
 
 def test_no_method_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "run.json").write_text(json.dumps({"experiment": "x"}))  # no method in it
     with pytest.raises(NoMethodError, match="cannot tell the run's method.*--method"):
         find_method(tmp_path)
-    (tmp_path / "run.json").write_text(json.dumps({"experiment": "x"}))  # no method in it
     with pytest.raises(NoMethodError, match="cannot tell"):
         build_report(tmp_path)
     with pytest.raises(SystemExit):

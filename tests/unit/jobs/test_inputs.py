@@ -89,10 +89,11 @@ def test_unknown_suffix_with_auto_format(tmp_path):
     assert contexts["context"].tolist() == ["hello there"]
 
 
-def test_unreadable_file_is_a_config_error(tmp_path):
-    path = tmp_path / "in.jsonl"
-    path.write_text('{"id": "1", "context": "fine"}\n{not json\n')
-    with pytest.raises(ConfigError, match="cannot be read as jsonl"):
+def test_a_broken_json_array_is_a_config_error_with_line_and_column(tmp_path):
+    """A JSON array is one value: a broken one has no rows to keep; the error says where."""
+    path = tmp_path / "in.json"
+    path.write_text('[\n {"id": "1", "context": "fine"},\n {"id": "2" "context": "x"}\n]\n')
+    with pytest.raises(ConfigError, match=r"in.json: not valid JSON at line 3, column 13"):
         read_contexts(dataset(path))
 
 
@@ -296,13 +297,14 @@ def test_summary_and_written_report(tmp_path):
     text = report.summary()
     assert "11 rows read, 3 usable, 8 bad" in text
     assert "empty context: 7" in text and "duplicate id: 1" in text
-    assert "row 4, field 'context' (id 3): empty context" in text
+    assert "line 5 (row 4), field 'context' (id 3): empty context" in text  # line 1 is the header
     assert "... and 3 more" in text  # only the first five are listed
     report.write(tmp_path / "run" / "input_report.json")
     data = json.loads((tmp_path / "run" / "input_report.json").read_text())
     assert data["rows_read"] == 11 and data["rows_ok"] == 3
     assert data["counts"] == {"empty context": 7, "duplicate id": 1}
-    assert data["bad"][-1] == {"row": 11, "field": "id", "reason": "duplicate id", "id": "1"}
+    assert data["bad"][-1] == {"row": 11, "field": "id", "reason": "duplicate id", "id": "1", "line": 12}
+    assert data["encoding"] == "utf-8"
 
 
 def test_summary_without_bad_rows(tmp_path):
