@@ -1,0 +1,96 @@
+"""Import human expert scores of SQPsych dialogues into the run's `scores` table.
+
+    python -m jobs.sqpsych.experts path=expert_scores.csv run_dir=RUN
+    python -m jobs.sqpsych.experts path=scores.csv run_dir=RUN responder_map.Qwen2.5-72B=qwen2-5-72b-instruct
+
+The CSV (one row per (dialogue, expert), one column per item of `conf/rubric/sqpsych_panel.yaml`;
+format in `conf/sqpsych/README-scores.md`) is read by the shared importer (`jobs.import_ratings`)
+with the preset `conf/ratings/sqpsych_experts.yaml`: every decision is the importer's (each item
+on its own: blank or non-numeric `parse_error`, out of range `invalid`, never clipped; duplicates
+and keys already in the run skipped; unknown dialogues kept and reported). What this module adds
+is the subject: the shared importer files ratings about responses, so each row is re-filed as a
+`dialogue` subject (subject_id `<context_id>|<model>`, the dialogues table's id), checked against
+the run's dialogues rather than its responses. The panel's LLM judges and the experts then sit
+in one table, keyed alike, for the per-judge Pearson correlation of the analysis.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from jobs.import_ratings import ImportReport, RatingsImportConfig, _merge, _parse_args, ratings_to_rows, read_ratings_csv
+from jobs.rubric import load_rubric
+from jobs.schemas import DIALOGUES, SCORES, SCORES_CALL_KEY, SUBJECT_DIALOGUE, SUBJECT_RESPONSE
+from jobs.store import TableStore
+from serving.configfiles import ConfigError, find_group_file, read_yaml, validated
+
+__all__ = ["PRESET", "dialogue_subject_id", "import_expert_scores", "main"]
+
+PRESET = "sqpsych_experts"  # conf/ratings/sqpsych_experts.yaml
+
+
+def dialogue_subject_id(context_id: str, model: str) -> str:
+    """A dialogue's subject id: its `dialogue_id` in the dialogues table, `<context_id>|<model>`."""
+    return f"{context_id}|{model}"
+
+
+def known_dialogues(run_dir: str | Path) -> tuple[set[str] | None, set[str] | None]:
+    """The profiles and therapist models the run has dialogues for; None where it has none yet."""
+    d = TableStore(run_dir, DIALOGUES).read(columns=["context_id", "model"])
+    if d.empty:
+        return None, None
+    return set(d["context_id"].astype(str)), set(d["model"].astype(str))
+
+
+def import_expert_scores(cfg: RatingsImportConfig, run_dir: str | Path) -> ImportReport:
+    """Read `cfg.path` and write its expert scores to RUN_DIR/scores/ as dialogue subjects."""
+    rubric = load_rubric(cfg.rubric)
+    if rubric.subject != SUBJECT_DIALOGUE:
+        raise ConfigError(f"rubric {rubric.name!r} is about {rubric.subject!r} subjects; expert scores of "
+                          f"dialogues need a rubric whose subject is {SUBJECT_DIALOGUE!r} (e.g. sqpsych_panel)")
+    df = read_ratings_csv(cfg, rubric)
+    report = ImportReport(file=str(cfg.resolved_path()), rubric_version=rubric.version)
+    store = TableStore(run_dir, SCORES, writer=True)
+    known_contexts, known_models = known_dialogues(run_dir) if cfg.check_run else (None, None)
+    # The shared importer keys what it skips as response subjects: present the run's dialogue
+    # judgments to it under that type, so a re-import skips what is already written.
+    existing = {(SUBJECT_RESPONSE, s, j, r) for t, s, j, r in store.existing_keys(SCORES_CALL_KEY)
+                if t == SUBJECT_DIALOGUE}
+    rows = ratings_to_rows(df, cfg, rubric, report, known_contexts=known_contexts, known_responders=known_models,
+                           existing_keys=existing, run_id=cfg.run_id or Path(run_dir).name)
+    for row in rows:
+        row["subject_type"] = SUBJECT_DIALOGUE
+        row["subject_id"] = dialogue_subject_id(row["context_id"], row["responder"])
+    store.append(rows)
+    return report
+
+
+def config_from(args: dict[str, Any]) -> RatingsImportConfig:
+    """The preset's fields, then `config=FILE`'s, then KEY=VALUE arguments."""
+    base = read_yaml(find_group_file("ratings", args.pop("preset", None) or PRESET))
+    config_file = args.pop("config", None)
+    if config_file:
+        if not Path(config_file).is_file():
+            raise ConfigError(f"config {config_file}: file not found")
+        base = _merge(base, read_yaml(Path(config_file)))
+    return validated(RatingsImportConfig, _merge(base, args), "expert scores import config")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parse_args(sys.argv[1:] if argv is None else argv)
+        run_dir = args.pop("run_dir", None)
+        if not run_dir:
+            raise ConfigError("run_dir=... is required: python -m jobs.sqpsych.experts path=CSV run_dir=RUN")
+        report = import_expert_scores(config_from(args), run_dir)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(report.summary(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

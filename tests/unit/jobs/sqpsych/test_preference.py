@@ -1,0 +1,169 @@
+"""SQPsych pairwise preference: the rubric file, the plan (both orders, answers swapped, only
+profiles where both models' dialogues are ok), the verdict logic (orders mapped back to models,
+disagreement is a draw, majority over judges), and the job against a loopback judge.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from jobs.rubric import load_rubric
+from jobs.schemas import SCORES
+from jobs.sqpsych import preference
+from jobs.sqpsych.panel import ok_dialogues, read_profiles
+from jobs.sqpsych.preference import (
+    PreferenceConfig, judge_verdicts, model_pairs, pair_outcomes, pair_subject_id, plan_preferences,
+    preference_table, split_pair_subject,
+)
+from jobs.store import TableStore
+from serving.configfiles import ConfigError, validated
+from serving.governance import DataGovernanceError
+from tests.fakes.openai_server import FakeServer
+from tests.unit.jobs.sqpsych.judging_helpers import (
+    RUN, direct_stage, fake_judges, write_dialogues, write_profiles,
+)
+
+
+def test_rubric_is_one_signed_item_over_profile_and_two_answers():
+    r = load_rubric("sqpsych_preference")
+    assert r.required_items == ("Preference",) and (r.item("Preference").min, r.item("Preference").max) == (-1, 1)
+    assert r.subject == "pair" and r.placeholders == ["profile", "answer_a", "answer_b"]
+    assert r.item("Preference").anchors == {-1: "Session B is better.", 0: "Tie: neither session is clearly better.",
+                                            1: "Session A is better."}
+    text = r.render_prompt({"profile": "PROFILE", "answer_a": "SESSION-ONE", "answer_b": "SESSION-TWO"})
+    assert text.index("PROFILE") < text.index("SESSION-ONE") < text.index("SESSION-TWO")
+
+
+def test_pair_ids_round_trip_even_when_the_profile_key_holds_a_bar():
+    sid = pair_subject_id("site|0042", "qwq-32b", "gemma-3-27b-it", "ba")
+    assert sid == "site|0042|qwq-32b|gemma-3-27b-it|ba"
+    assert split_pair_subject(sid) == ("site|0042", "qwq-32b", "gemma-3-27b-it", "ba")
+    with pytest.raises(ValueError, match="not a pair subject id"):
+        split_pair_subject("c1|m1")
+
+
+def test_pairs_are_all_pairs_or_the_configured_ones():
+    assert model_pairs(["c", "a", "b", "a"], None) == [("a", "b"), ("a", "c"), ("b", "c")]
+    assert model_pairs(["a", "b", "c"], [["c", "a"]]) == [("c", "a")]
+    for bad, match in (([["a"]], "two different"), ([["a", "a"]], "two different"),
+                       ([["a", "b"], ["b", "a"]], "listed twice")):
+        with pytest.raises(ConfigError, match=match):
+            validated(PreferenceConfig, {**RUN, "run_dir": "x", "preference_pairs": bad}, "cfg")
+
+
+def test_plan_asks_both_orders_with_the_answers_swapped(tmp_path):
+    write_dialogues(tmp_path, [("c1", "a", "ok"), ("c1", "b", "ok"), ("c2", "a", "ok"), ("c2", "b", "error"),
+                               ("c3", "a", "ok")])
+    write_profiles(tmp_path, {"c1": "public", "c2": "public", "c3": "public"})
+    planned, skipped = plan_preferences(ok_dialogues(tmp_path), read_profiles(tmp_path), [("a", "b")],
+                                        ["j1", "j2"], ["profile", "answer_a", "answer_b"])
+    # Only c1 has an ok dialogue of both models: 2 orders x 2 judges.
+    assert skipped == {"no_profile": 0} and len(planned) == 4 and set(planned["context_id"]) == {"c1"}
+    ab = planned[planned["subject_id"] == "c1|a|b|ab"].iloc[0]
+    ba = planned[planned["subject_id"] == "c1|a|b|ba"].iloc[0]
+    assert "(c1, a)" in ab["answer_a"] and "(c1, b)" in ab["answer_b"]
+    assert (ba["answer_a"], ba["answer_b"]) == (ab["answer_b"], ab["answer_a"])
+    assert set(planned["responder"]) == {"a|b"} and set(planned["subject_type"]) == {"pair"}
+    assert ab["profile"].startswith("# Patient information")
+
+
+# --- verdicts -------------------------------------------------------------------------------------
+
+
+def _rows(votes: dict[str, tuple], cid: str = "c1", a: str = "a", b: str = "b") -> list[dict]:
+    """judge -> (ab score, ba score); None is a failed call (status error, no score)."""
+    out = []
+    for judge, scores in votes.items():
+        for order, score in zip(("ab", "ba"), scores):
+            if score == "absent":
+                continue
+            out.append({"subject_type": "pair", "subject_id": pair_subject_id(cid, a, b, order), "judge": judge,
+                        "rubric": "sqpsych_preference", "item": "Preference", "score": score,
+                        "status": "ok" if score is not None else "error"})
+    return out
+
+
+@pytest.mark.parametrize("ab, ba, verdict", [
+    (1, -1, "a"),        # A first then B first: a both times
+    (-1, 1, "b"),
+    (1, 1, "draw"),      # always the session shown first: position bias, no verdict about the models
+    (-1, -1, "draw"),    # always the second
+    (0, 0, "draw"),      # a tie both times
+    (1, 0, "draw"),      # the orders disagree
+    (1, None, "incomplete"),
+    (1, "absent", "incomplete"),
+])
+def test_each_judges_verdict_maps_orders_back_to_models(ab, ba, verdict):
+    v = judge_verdicts(pd.DataFrame(_rows({"j": (ab, ba)})))
+    assert v["verdict"].tolist() == [verdict]
+
+
+@pytest.mark.parametrize("votes, outcome, counts", [
+    ({"j1": (1, -1), "j2": (1, -1), "j3": (-1, 1)}, "win", (2, 1, 0)),
+    ({"j1": (-1, 1), "j2": (1, 1), "j3": (-1, 1)}, "loss", (0, 2, 1)),
+    ({"j1": (1, -1), "j2": (-1, 1)}, "draw", (1, 1, 0)),                  # a tie at the top
+    ({"j1": (1, -1), "j2": (-1, 1), "j3": (0, 0)}, "draw", (1, 1, 1)),
+    ({"j1": (1, -1), "j2": (1, 1), "j3": (1, 1)}, "draw", (1, 0, 2)),      # position bias outvotes
+    ({"j1": (1, -1), "j2": (None, None), "j3": (1, "absent")}, "win", (1, 0, 0)),  # incomplete: no vote
+    ({"j1": (None, -1)}, None, (0, 0, 0)),                                 # nobody complete: no outcome
+])
+def test_the_outcome_is_the_majority_over_judges(votes, outcome, counts):
+    out = pair_outcomes(pd.DataFrame(_rows(votes)))
+    row = out.iloc[0]
+    assert len(out) == 1 and row["outcome"] == outcome
+    assert (row["a_votes"], row["b_votes"], row["draw_votes"]) == counts
+    assert row["incomplete"] + sum(counts) == row["judges"] == len(votes)
+
+
+def test_outcomes_per_pair_sum_to_wins_losses_and_draws():
+    rows = (_rows({"j": (1, -1)}, cid="c1") + _rows({"j": (-1, 1)}, cid="c2") + _rows({"j": (1, 1)}, cid="c3")
+            + _rows({"j": (1, -1)}, cid="c4") + _rows({"j": (None, 1)}, cid="c5")
+            + _rows({"j": (1, -1)}, cid="c1", a="x", b="y"))
+    rows += [{**rows[0], "rubric": "other"}, {**rows[0], "subject_type": "dialogue", "subject_id": "c1|a"}]
+    table = preference_table(pair_outcomes(pd.DataFrame(rows))).set_index(["model_a", "model_b"])
+    assert table.loc[("a", "b")].to_dict() == {"wins": 2, "losses": 1, "draws": 1, "profiles": 4,
+                                               "no_outcome": 1, "win_rate": 2 / 3}
+    assert table.loc[("x", "y"), "wins"] == 1
+    assert preference_table(pair_outcomes(pd.DataFrame(columns=SCORES.columns))).empty
+
+
+# --- the job --------------------------------------------------------------------------------------
+
+
+def _cfg(tmp_path, **kw) -> PreferenceConfig:
+    return PreferenceConfig(**RUN, run_dir=str(tmp_path), judges=["judge1"],
+                            judge_generation={"temperature": 0.0}, **kw)
+
+
+def test_job_asks_each_judge_both_orders_and_a_positional_judge_yields_draws(tmp_path, monkeypatch):
+    """The fake judge always answers the enum's first value (-1: session B): in order ab that
+    is model b, in order ba model a, so every profile is a draw, never a win."""
+    write_dialogues(tmp_path, [(c, m, "ok") for c in ("c1", "c2") for m in ("a", "b", "c")])
+    write_profiles(tmp_path, {"c1": "public", "c2": "public"})
+    monkeypatch.setattr("jobs.sqpsych.panel.run_model_stage", direct_stage)
+    with FakeServer() as server:
+        fake_judges(monkeypatch, tmp_path / "conf", server.base_url, names=("judge1", "judge2"))
+        cfg = _cfg(tmp_path, preference_pairs=[["a", "b"], ["c", "a"]]).model_copy(update={"judges": ["judge1", "judge2"]})
+        assert preference.run(cfg) == 0
+        sent = server.log_lines()
+        assert len(sent) == 2 * 2 * 2 * 2  # pairs x profiles x orders x judges
+        assert preference.run(cfg) == 0 and len(server.log_lines()) == len(sent)  # resumed
+    assert any("# Session A\n\nTherapist: therapist line 1 (c2, c)" in s["content"] and "(c2, a)" in s["content"] for s in sent)
+    scores = TableStore(tmp_path, SCORES).read()
+    assert len(scores) == 16 and (scores["status"] == "ok").all() and set(scores["score"]) == {-1.0}
+    assert set(scores["responder"]) == {"a|b", "c|a"}
+    outcomes = pair_outcomes(scores)
+    assert len(outcomes) == 4 and (outcomes["outcome"] == "draw").all() and (outcomes["draw_votes"] == 2).all()
+
+
+def test_restricted_profiles_are_refused_before_any_request(tmp_path, monkeypatch):
+    write_dialogues(tmp_path, [("c1", "a", "ok"), ("c1", "b", "ok")])
+    write_profiles(tmp_path, {"c1": "restricted"})
+    monkeypatch.setattr("jobs.sqpsych.panel.run_model_stage", direct_stage)
+    with FakeServer() as server:
+        fake_judges(monkeypatch, tmp_path / "conf", server.base_url)
+        with pytest.raises(DataGovernanceError, match="restricted"):
+            preference.run(_cfg(tmp_path))
+        assert server.stats()["requests"] == 0
+    assert not TableStore(tmp_path, SCORES).parts()
