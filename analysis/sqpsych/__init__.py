@@ -1,0 +1,59 @@
+"""SQPsych's analysis (Vu et al. 2025, "Roleplaying with Structure"): the synthetic dialogues'
+statistics and readability, the LLM panel's 36-point rubric and its correlation with human
+experts, pairwise preference, and the report.
+
+Reads the run's DIALOGUES and SCORES tables (`jobs.schemas`) and its profiles folder; item
+names and aggregates come from the rubric files (`conf/rubric/sqpsych_panel.yaml`,
+`conf/rubric/sqpsych_preference.yaml`).
+
+- `data`         dialogues, one row per utterance, the profiles' groups (control / MDD)
+- `stats`        Tables 2 and 8: utterances, turns, tokens and words per utterance and conversation
+- `readability`  Table 6: Flesch Reading Ease and SMOG per role, conversation and corpus level
+- `panel`        the panel's aggregates and items per rater and model, Pearson r with the experts
+- `preference`   win / loss / draw from both orders of each pair, majority over judges
+- `benchmarks`   CBT-Bench and CounselingBench scores (its own module, when present)
+- `report`       `build_report(run_dir)`: report.html, tables/, figures/
+"""
+
+from analysis.sqpsych.data import (
+    CLIENT, METHOD, PANEL_RUBRIC, PREFERENCE_RUBRIC, ROLES, THERAPIST, load_dialogues, load_profiles,
+    ok_dialogues, utterances, with_groups,
+)
+from analysis.sqpsych.panel import (
+    aggregate_table, human_correlation, item_table, panel_frame, pearson, provenance, rater_scores, raters,
+)
+from analysis.sqpsych.preference import (
+    SIGNED_CODES, judge_votes, order_verdicts, pair_outcomes, parse_pair_id, position_consistency,
+    preference_tables, verdict_codes, win_loss_draw,
+)
+from analysis.sqpsych.readability import (
+    conversation_readability, corpus_readability, join_utterances, readability_table,
+)
+from analysis.sqpsych.stats import conversation_stats, dataset_table, ending_table
+
+__all__ = [
+    # data
+    "METHOD", "PANEL_RUBRIC", "PREFERENCE_RUBRIC", "THERAPIST", "CLIENT", "ROLES",
+    "load_dialogues", "load_profiles", "ok_dialogues", "utterances", "with_groups",
+    # dataset statistics (Tables 2 and 8)
+    "ending_table", "conversation_stats", "dataset_table",
+    # readability (Table 6)
+    "join_utterances", "conversation_readability", "corpus_readability", "readability_table",
+    # the LLM panel and its agreement with human experts
+    "panel_frame", "rater_scores", "raters", "aggregate_table", "item_table", "human_correlation",
+    "pearson", "provenance",
+    # pairwise preference
+    "SIGNED_CODES", "verdict_codes", "parse_pair_id", "order_verdicts", "judge_votes", "pair_outcomes",
+    "win_loss_draw", "position_consistency", "preference_tables",
+    # report
+    "build_report",
+]
+
+
+def __getattr__(name: str):
+    # The report pulls in matplotlib: imported on first use only.
+    if name == "build_report":
+        from analysis.sqpsych.report import build_report
+
+        return build_report
+    raise AttributeError(f"module 'analysis.sqpsych' has no attribute {name!r}")

@@ -1,0 +1,281 @@
+"""One self-contained HTML report of an SQPsych run, plus its tables and figures.
+
+    python -m analysis.report RUN_DIR [--out DIR] [--panel-rubric NAME] [--preference-rubric NAME]
+
+(`analysis.report` finds the run's method and calls `build_report` here.) Writes DIR (default
+RUN_DIR/report) with `tables/*.csv`, `tables/*.md`, `figures/*.png` and `report.html`: one
+section per part of the evaluation (dialogues, dataset statistics, readability, the LLM panel,
+its correlation with human experts, pairwise preference, counseling benchmarks, the fine-tuning
+export). A section whose input is missing says so instead of failing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import html
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import figures
+from analysis.columns import AVERAGE_LABEL, HUMAN_LABEL, N
+from analysis.scores import load_scores
+from analysis.sqpsych import panel as pn
+from analysis.sqpsych.data import (
+    GROUP, MODEL, PANEL_RUBRIC, PREFERENCE_RUBRIC, PROFILE_STATUS, ROLES, load_dialogues, load_profiles, ok_dialogues,
+    utterances, with_groups,
+)
+from analysis.sqpsych.preference import preference_tables, verdict_codes
+from analysis.sqpsych.readability import readability_table
+from analysis.sqpsych.stats import dataset_table, ending_table
+from analysis.stats import ALPHA
+from analysis.writer import ReportWriter, Section, slug
+from jobs.rubric import Rubric, load_rubric
+
+BENCH_DIR = "bench_answers"  # the benchmarks job's table; its section is analysis/sqpsych/benchmarks.py's
+EXPORT_DIR = "export"        # the fine-tuning export: one chat-format JSONL file per therapist model
+
+HOW_TO_READ = (
+    "Each dialogue is a synthetic CBT session between a therapist model (the model under test) and "
+    "a client simulator playing one questionnaire profile. Only finished dialogues (ended by the "
+    "therapist's stop token or by the turn cap) enter the dataset statistics and readability; "
+    "dialogues that failed mid-way are counted in the first section. Readability: Flesch Reading "
+    "Ease (higher = easier, 60-70 is plain English) and SMOG (a school grade, lower = easier), per "
+    "role, as the mean over conversations and on the model's whole corpus. The LLM panel scores "
+    "18 items 0-2 (therapist, client, overall; their sums are computed by the rubric file, and a "
+    "sum with a missing item is missing, not smaller). Pearson r compares each judge with the "
+    "human experts on the dialogues both scored. Pairwise preference asks each judge both orders "
+    "of a pair; a judge whose two answers disagree counts as a draw."
+)
+
+
+def _load(rubric: str | Path | Rubric) -> tuple[Rubric | None, str]:
+    if isinstance(rubric, Rubric):
+        return rubric, ""
+    try:
+        return load_rubric(rubric), ""
+    except (ValueError, OSError) as exc:  # ConfigError is a ValueError: an unknown or broken file
+        return None, str(exc)
+
+
+def _dialogues(w: ReportWriter, run_dir: Path, dialogues: pd.DataFrame, profiles: pd.DataFrame | None) -> None:
+    sec = w.section("dialogues", "Run and dialogues")
+    w.text(sec, f"Run directory: <code>{html.escape(str(run_dir))}</code>. Tables: "
+           f"{html.escape(', '.join(sorted(p.name for p in run_dir.iterdir() if p.is_dir() and p.name != 'report')))}.")
+    if dialogues.empty:
+        w.missing(sec, "The run has no dialogues table: no dataset statistics or readability.")
+    else:
+        w.table(sec, ending_table(dialogues), "dialogues_ending",
+                "Dialogues per therapist model: how they ended and their status",
+                "ended_by: stop_token (the therapist ended with the stop token after the minimum turns), "
+                "cap (the hard cap of turns was reached), error (a turn failed: the completed turns are kept "
+                "and a re-run resumes from the last one). Only status ok dialogues are dataset entries.")
+    if profiles is None:
+        w.missing(sec, "The run has no profiles table: the group-wise (control / MDD) tables are not available.")
+    elif GROUP in profiles.columns:
+        by = [GROUP, *([PROFILE_STATUS] if PROFILE_STATUS in profiles.columns else [])]
+        counts = profiles.groupby(by, dropna=False).size().unstack(by[1:], fill_value=0) if len(by) > 1 else \
+            profiles.groupby(GROUP, dropna=False).size().to_frame("profiles")
+        w.table(sec, counts, "profiles_by_group", "Client profiles per group" + (" and status" if len(by) > 1 else ""),
+                "A profile whose record could not be used (status invalid) has no dialogue; the cohort "
+                "step's table says why." if len(by) > 1 else "")
+
+
+def _statistics(w: ReportWriter, utts: pd.DataFrame, profiles: pd.DataFrame | None) -> None:
+    sec = w.section("statistics", "Dataset statistics (Tables 2 and 8)")
+    if utts.empty:
+        w.missing(sec, "No finished dialogue in this run: no dataset statistics.")
+        return
+    note = ("utterances = turns of both roles; per conv = mean over dialogues (sd beside it); a round is one "
+            "therapist and one client turn. Tokens are each model's completion tokens (tokenizers differ "
+            "between models: compare words); tokens_per_conv leaves out dialogues with a turn lacking a count.")
+    _split_table(w, sec, dataset_table(utts), "table2_dataset_stats", "Table 2. Dataset statistics per therapist model",
+                 note)
+    if profiles is None or GROUP not in profiles.columns:
+        w.missing(sec, "Table 8 (per group, control / MDD) needs the profiles table, which this run lacks.")
+        return
+    _split_table(w, sec, dataset_table(with_groups(utts, profiles), by=[MODEL, GROUP]), "table8_dataset_stats_by_group",
+                 "Table 8. Dataset statistics per therapist model and client group",
+                 note + " A dialogue whose profile is not in the profiles table has an empty group.")
+
+
+def _split_table(w: ReportWriter, sec: Section, table: pd.DataFrame, name: str, caption: str, note: str) -> None:
+    """The whole table as one file, shown in two parts (counts, lengths) that fit the page."""
+    w.file_only(table, name, caption, digits=2)
+    counts = [c for c in table.columns if not c.startswith(("tokens_", "words_"))]
+    w.table(sec, table[counts], f"{name}_counts", f"{caption}: dialogues, utterances and turns", digits=2)
+    w.table(sec, table.drop(columns=counts), f"{name}_lengths", f"{caption}: tokens and words", note, digits=2)
+
+
+def _readability(w: ReportWriter, utts: pd.DataFrame) -> None:
+    sec = w.section("readability", "Readability (Table 6)")
+    if utts.empty:
+        w.missing(sec, "No finished dialogue in this run: no readability.")
+        return
+    w.table(sec, readability_table(utts, ROLES), "table6_readability",
+            "Table 6. Flesch Reading Ease and SMOG per therapist model and role",
+            "textstat 0.7.4. _conv: the score of each dialogue's text of that role, mean (sd) over dialogues; "
+            "_corpus: the score of all that role's text of the model joined. Each utterance counts as a "
+            "sentence end. SMOG needs three sentences: smog_undefined counts the dialogues with fewer, which "
+            "are left out of the SMOG mean (textstat would return 0.0).", digits=2)
+
+
+def _panel(w: ReportWriter, scores: pd.DataFrame, rubric: Rubric | None, why: str,
+           dialogues: pd.DataFrame) -> pd.DataFrame | None:
+    sec = w.section("panel", "LLM panel: the 36-point rubric")
+    if rubric is None:
+        w.missing(sec, f"The panel rubric could not be loaded, so its scores are not analysed: {why}")
+        return None
+    prov = pn.provenance(scores, rubric)
+    if prov.empty:
+        w.missing(sec, f"No scores of rubric {rubric.name!r} on dialogues in this run.")
+        return None
+    w.table(sec, prov, "panel_provenance", "Panel judges, their evaluations and the status of their item scores",
+            f"complete: all {len(rubric.required_items)} items valid; unusable: none. Only ok item scores "
+            "count; an aggregate with a missing item is missing.")
+    wide = pn.panel_frame(scores, rubric, dialogues)
+    if wide.empty:
+        w.missing(sec, "No evaluation of the panel has a valid item score.")
+        return None
+    aggs = ", ".join(f"{k} ({a.how} of {len(a.items)} items"
+                     + (f", /{sum(rubric.item(i).max for i in a.items)})" if a.how == "sum" else ")")
+                     for k, a in rubric.aggregates.items())
+    agg = pn.aggregate_table(wide, rubric)
+    w.table(sec, agg, "panel_aggregates", "Mean panel scores per rater and therapist model",
+            f"Aggregates from the rubric file: {html.escape(aggs)}. n = dialogues scored. Average = per dialogue "
+            "the mean over the LLM judges; Human experts = per dialogue the mean over the experts.", digits=2)
+    last = list(rubric.aggregates)[-1] if rubric.aggregates else None
+    if last and agg[last].notna().any():
+        t = agg[last].unstack(MODEL)
+        w.figure(sec, figures.grouped_bars(t, w.figures_dir / "panel_by_model.png",
+                                           f"Mean {last} per therapist model", last, zero_line=False),
+                 f"Figure. Mean {last} score per therapist model (groups), one bar per rater.")
+    items = pn.item_table(wide, rubric)
+    w.file_only(items, "panel_items", "Mean score of each rubric item per rater and therapist model", digits=2)
+    judges = pn.llm_judges(wide)
+    shown = [AVERAGE_LABEL if len(judges) > 1 else judges[0]] if judges else []
+    for rater in shown + ([HUMAN_LABEL] if pn.has_human(wide) else []):
+        w.table(sec, items.loc[rater].drop(columns=[N]).T.rename_axis("item"), f"panel_items_{slug(rater)}",
+                f"Mean score of each rubric item per therapist model: {rater}",
+                "Items from the rubric file; every rater's table is in tables/panel_items.csv.", digits=2)
+    return wide
+
+
+def _correlation(w: ReportWriter, wide: pd.DataFrame | None, rubric: Rubric | None) -> None:
+    sec = w.section("correlation", "Agreement of the LLM judges with human experts (Pearson r)")
+    if wide is None or rubric is None:
+        w.missing(sec, "No panel scores: no correlation with human experts.")
+        return
+    if not pn.has_human(wide) or not pn.llm_judges(wide):
+        w.missing(sec, "The correlation needs both LLM-judge and human-expert scores on the same dialogues; "
+                  "this run lacks " + ("human expert scores." if not pn.has_human(wide) else "LLM-judge scores."))
+        return
+    w.table(sec, pn.human_correlation(wide, rubric), "panel_human_correlation",
+            "Pearson correlation of each LLM judge with the human experts",
+            "scipy.stats.pearsonr over the dialogues both the judge and the experts scored (n pairs); "
+            f"'{pn.ITEMS_POOLED}' pairs every item of every such dialogue. Several experts on one dialogue are "
+            f"averaged first. p: two-sided, uncorrected (p < {ALPHA} is the usual mark). r is missing, with the "
+            f"reason, below {pn.MIN_PAIRS} pairs or when one side is constant.", digits=3)
+
+
+def _preference(w: ReportWriter, scores: pd.DataFrame, rubric: Rubric | None, why: str) -> None:
+    sec = w.section("preference", "Pairwise preference (win / loss / draw)")
+    if rubric is None:
+        w.missing(sec, f"The preference rubric could not be loaded, so its verdicts are not analysed: {why}")
+        return
+    try:
+        codes = verdict_codes(rubric)
+    except ValueError as exc:
+        w.missing(sec, str(exc))
+        return
+    t = preference_tables(scores, rubric.name, codes, rubric.required_items[0])
+    if t["verdicts"].empty:
+        w.missing(sec, f"No preference verdicts (rubric {rubric.name!r}, subject pair) in this run.")
+        return
+    wld = t["win_loss_draw"]
+    w.table(sec, wld, "preference_win_loss_draw", "Win / loss / draw of model_a against model_b over client profiles",
+            "Per profile: each judge's two orders are mapped back to the models; a judge whose orders name "
+            "different winners votes draw; a judge missing an order has no vote; the outcome is the most "
+            "voted of model_a / model_b / draw (a tie for the most is a draw). n = profiles decided; "
+            "undecided = profiles where no judge had both orders.")
+    if len(wld):
+        rates = wld["win_rate"].rename(lambda ix: f"{ix[0]} vs {ix[1]}" if isinstance(ix, tuple) else ix)
+        w.figure(sec, figures.bars(rates, w.figures_dir / "preference_win_rate.png",
+                                   "Win rate of model_a against model_b", "win rate"),
+                 "Figure. Share of the decided profiles where model_a's session was preferred.")
+    w.table(sec, t["consistency"], "preference_position_consistency",
+            "Position consistency per judge: the same winner in both orders",
+            "A low share means the judge's verdict follows the position of a session more than its content.")
+    w.file_only(t["outcomes"], "preference_outcomes", "Outcome per profile and pair of models")
+    w.file_only(t["votes"], "preference_votes", "Each judge's vote per profile and pair of models")
+
+
+def _benchmarks(w: ReportWriter, run_dir: Path) -> None:
+    if not (run_dir / BENCH_DIR).is_dir():
+        w.missing(w.section("benchmarks", "Counseling benchmarks (CBT-Bench, CounselingBench)"),
+                  f"No {BENCH_DIR} table in this run: the counseling benchmarks were not run.")
+        return
+    try:
+        from analysis.sqpsych.benchmarks import benchmark_section
+    except ImportError as exc:
+        w.missing(w.section("benchmarks", "Counseling benchmarks (CBT-Bench, CounselingBench)"),
+                  f"The run has benchmark answers but their analysis could not be imported: {exc}")
+        return
+    benchmark_section(run_dir, w)
+
+
+def _export(w: ReportWriter, run_dir: Path) -> None:
+    sec = w.section("export", "Fine-tuning export (chat-format JSONL)")
+    files = sorted((run_dir / EXPORT_DIR).glob("*.jsonl")) if (run_dir / EXPORT_DIR).is_dir() else []
+    if not files:
+        w.missing(sec, f"No {EXPORT_DIR}/*.jsonl in this run: the dialogues were not exported.")
+        return
+    rows = []
+    for f in files:
+        with f.open(encoding="utf-8") as fh:
+            lines = sum(1 for line in fh if line.strip())
+        rows.append({"file": f"{EXPORT_DIR}/{f.name}", "dialogues": lines, "bytes": f.stat().st_size})
+    w.table(sec, pd.DataFrame(rows).set_index("file"), "export_files",
+            "Exported files: one line per finished dialogue, one file per therapist model")
+
+
+def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
+                 panel_rubric: str | Path | Rubric = PANEL_RUBRIC,
+                 preference_rubric: str | Path | Rubric = PREFERENCE_RUBRIC) -> Path:
+    """Write the report of one SQPsych run and return the path of its `report.html`.
+
+    Args:
+        run_dir: the run directory (one Parquet folder per table).
+        out_dir: where to write; default `run_dir/report`.
+        panel_rubric: the panel's rubric (a name in `conf/rubric/`, a YAML path, or a Rubric).
+        preference_rubric: the pairwise preference rubric, likewise.
+    """
+    run_dir = Path(run_dir)
+    w = ReportWriter(Path(out_dir) if out_dir is not None else run_dir / "report")
+    w.out_dir.mkdir(parents=True, exist_ok=True)
+    dialogues = load_dialogues(run_dir)
+    profiles = load_profiles(run_dir)
+    utts = utterances(ok_dialogues(dialogues))
+    scores = load_scores(run_dir)
+    _dialogues(w, run_dir, dialogues, profiles)
+    _statistics(w, utts, profiles)
+    _readability(w, utts)
+    panel, why = _load(panel_rubric)
+    wide = _panel(w, scores, panel, why, dialogues)
+    _correlation(w, wide, panel)
+    _preference(w, scores, *_load(preference_rubric))
+    _benchmarks(w, run_dir)
+    _export(w, run_dir)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    header = (f'<p class="note">Generated {stamp} from <code>{html.escape(str(run_dir))}</code>; '
+              f"tables as CSV and Markdown in <code>tables/</code>, figures in <code>figures/</code>.</p>"
+              f'<div class="howto"><b>How to read this report.</b> {HOW_TO_READ}</div>')
+    return w.write(f"SQPsych report: {run_dir.name}", header)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """This method's options of `python -m analysis.report` (their dests are `build_report`'s keywords)."""
+    parser.add_argument("--panel-rubric", default=PANEL_RUBRIC, help="the LLM panel's rubric (conf/rubric name or YAML)")
+    parser.add_argument("--preference-rubric", default=PREFERENCE_RUBRIC,
+                        help="the pairwise preference rubric (conf/rubric name or YAML)")
