@@ -29,6 +29,7 @@ HUMAN_RESPONDER = "human"  # a dataset's human reference answer, written as one 
 # Kinds of subject a score is about (`SCORES.subject_type`).
 SUBJECT_RESPONSE = "response"
 SUBJECT_DIALOGUE = "dialogue"
+SUBJECT_PAIR = "pair"  # two answers compared (a preference verdict); the id names both and the order
 
 # How a dialogue ended (`DIALOGUES.ended_by`).
 ENDED_STOP_TOKEN = "stop_token"  # an agent ended it with the stop token, after the minimum turns

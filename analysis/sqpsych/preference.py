@@ -28,8 +28,8 @@ from analysis.columns import (
     CONTEXT_ID, ITEM, JUDGE, N, RUBRIC, SCORE_VALUE, STATUS, STATUS_OK, SUBJECT_ID, SUBJECT_TYPE,
 )
 from jobs.rubric import Rubric
+from jobs.schemas import SUBJECT_PAIR
 
-SUBJECT_PAIR = "pair"          # SCORES.subject_type of a preference verdict
 ORDER_AB, ORDER_BA = "ab", "ba"
 A, B, TIE = "A", "B", "tie"    # what an order's verdict says about the sessions as shown
 DRAW = "draw"

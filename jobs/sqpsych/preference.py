@@ -28,7 +28,7 @@ import pandas as pd
 from pydantic import Field, field_validator
 
 from jobs.rubric import load_rubric
-from jobs.schemas import DIALOGUES, STATUS_OK
+from jobs.schemas import DIALOGUES, SUBJECT_PAIR
 from jobs.sqpsych.panel import (
     PROFILES_DIR, JudgingConfig, check_placeholders, judge_planned, ok_dialogues, print_plan, read_profiles,
     render_transcript, subjects_sensitivity,
@@ -36,17 +36,13 @@ from jobs.sqpsych.panel import (
 from serving.configfiles import ConfigError, load_model
 from serving.governance import check_all
 
-__all__ = ["ORDERS", "PreferenceConfig", "SUBJECT_PAIR", "judge_verdicts", "model_pairs",
-           "pair_outcomes", "pair_subject_id", "plan_preferences", "preference_table", "run",
+__all__ = ["ORDERS", "PreferenceConfig", "model_pairs", "pair_subject_id", "plan_preferences", "run",
            "split_pair_subject"]
 
-# TODO(issue 7): move beside SUBJECT_RESPONSE / SUBJECT_DIALOGUE in jobs.schemas.
-SUBJECT_PAIR = "pair"
 ORDERS = ("ab", "ba")  # ab: model a's session shown as A; ba: model b's session shown as A
 PREFERENCE_PLACEHOLDERS = ("profile", "answer_a", "answer_b")
-# Outcomes, from model a's side (the pair as planned), and a judge's verdicts.
-WIN, LOSS, DRAW = "win", "loss", "draw"
-VERDICT_A, VERDICT_B, VERDICT_DRAW, VERDICT_INCOMPLETE = "a", "b", "draw", "incomplete"
+# The verdicts (win / loss / draw, both orders, majority over judges) are analysis:
+# `analysis.sqpsych.preference`, computed from the scores this job writes.
 
 
 class PreferenceConfig(JudgingConfig):
@@ -127,83 +123,6 @@ def plan_preferences(dialogues: pd.DataFrame, profiles: pd.DataFrame, pairs: lis
                                  "profile": profile})
     cols = ["subject_type", "subject_id", "context_id", "responder", "judge", "answer_a", "answer_b", "profile"]
     return pd.DataFrame(rows, columns=cols), skipped
-
-
-# --- verdicts (pure) ------------------------------------------------------------------------------
-
-
-def _order_winner(score: float, order: str) -> str:
-    """The model (a or b) an ordered answer prefers: a positive score prefers session A."""
-    if score == 0:
-        return VERDICT_DRAW
-    prefers_first = score > 0
-    return VERDICT_A if prefers_first == (order == "ab") else VERDICT_B
-
-
-def judge_verdicts(scores: pd.DataFrame, rubric: str = "sqpsych_preference",
-                   item: str = "Preference") -> pd.DataFrame:
-    """One row per (context_id, model_a, model_b, judge): each order's winner mapped back to the
-    models (`ab`, `ba`: a, b, draw, or None when that call has no valid score) and the judge's
-    `verdict`: the winner both orders name; `draw` when they disagree or both say tie;
-    `incomplete` when an order is missing or failed."""
-    cols = ["context_id", "model_a", "model_b", "judge", "ab", "ba", "verdict"]
-    s = scores[(scores["subject_type"] == SUBJECT_PAIR) & (scores["rubric"] == rubric) & (scores["item"] == item)]
-    if s.empty:
-        return pd.DataFrame(columns=cols)
-    winners: dict[tuple[str, str, str, str], dict[str, str | None]] = {}
-    for sid, judge, status, score in zip(s["subject_id"], s["judge"], s["status"], s["score"]):
-        cid, a, b, order = split_pair_subject(sid)
-        ok = status == STATUS_OK and score is not None and not pd.isna(score)
-        winners.setdefault((cid, a, b, judge), {})[order] = _order_winner(float(score), order) if ok else None
-    rows = []
-    for (cid, a, b, judge), w in sorted(winners.items()):
-        ab, ba = w.get("ab"), w.get("ba")
-        verdict = VERDICT_INCOMPLETE if ab is None or ba is None else (ab if ab == ba else VERDICT_DRAW)
-        rows.append((cid, a, b, judge, ab, ba, verdict))
-    return pd.DataFrame(rows, columns=cols)
-
-
-def pair_outcomes(scores: pd.DataFrame, rubric: str = "sqpsych_preference",
-                  item: str = "Preference") -> pd.DataFrame:
-    """Win / loss / draw of model a against model b on each profile: the majority of the judges'
-    complete verdicts (`a_votes`, `b_votes`, `draw_votes`); a tie at the top is a draw; None
-    when no judge gave a complete verdict (`incomplete` counts those judges)."""
-    cols = ["context_id", "model_a", "model_b", "outcome", "a_votes", "b_votes", "draw_votes",
-            "incomplete", "judges"]
-    v = judge_verdicts(scores, rubric, item)
-    if v.empty:
-        return pd.DataFrame(columns=cols)
-    rows = []
-    for (cid, a, b), g in v.groupby(["context_id", "model_a", "model_b"], sort=True):
-        n = g["verdict"].value_counts()
-        votes = {VERDICT_A: int(n.get(VERDICT_A, 0)), VERDICT_B: int(n.get(VERDICT_B, 0)),
-                 VERDICT_DRAW: int(n.get(VERDICT_DRAW, 0))}
-        top = max(votes.values())
-        leaders = [k for k, c in votes.items() if c == top]
-        if top == 0:
-            outcome = None
-        elif len(leaders) > 1:
-            outcome = DRAW
-        else:
-            outcome = {VERDICT_A: WIN, VERDICT_B: LOSS, VERDICT_DRAW: DRAW}[leaders[0]]
-        rows.append({"context_id": cid, "model_a": a, "model_b": b, "outcome": outcome,
-                     "a_votes": votes[VERDICT_A], "b_votes": votes[VERDICT_B], "draw_votes": votes[VERDICT_DRAW],
-                     "incomplete": int(n.get(VERDICT_INCOMPLETE, 0)), "judges": len(g)})
-    return pd.DataFrame(rows, columns=cols)
-
-
-def preference_table(outcomes: pd.DataFrame) -> pd.DataFrame:
-    """Per pair: wins, losses and draws of model a over the profiles with an outcome, and the
-    win rate of a among decided profiles (None when every profile was a draw)."""
-    cols = ["model_a", "model_b", "wins", "losses", "draws", "profiles", "no_outcome", "win_rate"]
-    if outcomes.empty:
-        return pd.DataFrame(columns=cols)
-    rows = []
-    for (a, b), g in outcomes.groupby(["model_a", "model_b"], sort=True):
-        w, l, d = (int((g["outcome"] == x).sum()) for x in (WIN, LOSS, DRAW))
-        rows.append({"model_a": a, "model_b": b, "wins": w, "losses": l, "draws": d, "profiles": w + l + d,
-                     "no_outcome": int(g["outcome"].isna().sum()), "win_rate": w / (w + l) if w + l else None})
-    return pd.DataFrame(rows, columns=cols)
 
 
 # --- the job --------------------------------------------------------------------------------------

@@ -5,16 +5,15 @@ disagreement is a draw, majority over judges), and the job against a loopback ju
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
 from jobs.rubric import load_rubric
 from jobs.schemas import SCORES
 from jobs.sqpsych import preference
 from jobs.sqpsych.panel import ok_dialogues, read_profiles
+from analysis.sqpsych.preference import judge_votes, order_verdicts, pair_outcomes, verdict_codes
 from jobs.sqpsych.preference import (
-    PreferenceConfig, judge_verdicts, model_pairs, pair_outcomes, pair_subject_id, plan_preferences,
-    preference_table, split_pair_subject,
+    PreferenceConfig, model_pairs, pair_subject_id, plan_preferences, split_pair_subject,
 )
 from jobs.store import TableStore
 from serving.configfiles import ConfigError, validated
@@ -68,66 +67,6 @@ def test_plan_asks_both_orders_with_the_answers_swapped(tmp_path):
     assert ab["profile"].startswith("# Patient information")
 
 
-# --- verdicts -------------------------------------------------------------------------------------
-
-
-def _rows(votes: dict[str, tuple], cid: str = "c1", a: str = "a", b: str = "b") -> list[dict]:
-    """judge -> (ab score, ba score); None is a failed call (status error, no score)."""
-    out = []
-    for judge, scores in votes.items():
-        for order, score in zip(("ab", "ba"), scores):
-            if score == "absent":
-                continue
-            out.append({"subject_type": "pair", "subject_id": pair_subject_id(cid, a, b, order), "judge": judge,
-                        "rubric": "sqpsych_preference", "item": "Preference", "score": score,
-                        "status": "ok" if score is not None else "error"})
-    return out
-
-
-@pytest.mark.parametrize("ab, ba, verdict", [
-    (1, -1, "a"),        # A first then B first: a both times
-    (-1, 1, "b"),
-    (1, 1, "draw"),      # always the session shown first: position bias, no verdict about the models
-    (-1, -1, "draw"),    # always the second
-    (0, 0, "draw"),      # a tie both times
-    (1, 0, "draw"),      # the orders disagree
-    (1, None, "incomplete"),
-    (1, "absent", "incomplete"),
-])
-def test_each_judges_verdict_maps_orders_back_to_models(ab, ba, verdict):
-    v = judge_verdicts(pd.DataFrame(_rows({"j": (ab, ba)})))
-    assert v["verdict"].tolist() == [verdict]
-
-
-@pytest.mark.parametrize("votes, outcome, counts", [
-    ({"j1": (1, -1), "j2": (1, -1), "j3": (-1, 1)}, "win", (2, 1, 0)),
-    ({"j1": (-1, 1), "j2": (1, 1), "j3": (-1, 1)}, "loss", (0, 2, 1)),
-    ({"j1": (1, -1), "j2": (-1, 1)}, "draw", (1, 1, 0)),                  # a tie at the top
-    ({"j1": (1, -1), "j2": (-1, 1), "j3": (0, 0)}, "draw", (1, 1, 1)),
-    ({"j1": (1, -1), "j2": (1, 1), "j3": (1, 1)}, "draw", (1, 0, 2)),      # position bias outvotes
-    ({"j1": (1, -1), "j2": (None, None), "j3": (1, "absent")}, "win", (1, 0, 0)),  # incomplete: no vote
-    ({"j1": (None, -1)}, None, (0, 0, 0)),                                 # nobody complete: no outcome
-])
-def test_the_outcome_is_the_majority_over_judges(votes, outcome, counts):
-    out = pair_outcomes(pd.DataFrame(_rows(votes)))
-    row = out.iloc[0]
-    assert len(out) == 1 and row["outcome"] == outcome
-    assert (row["a_votes"], row["b_votes"], row["draw_votes"]) == counts
-    assert row["incomplete"] + sum(counts) == row["judges"] == len(votes)
-
-
-def test_outcomes_per_pair_sum_to_wins_losses_and_draws():
-    rows = (_rows({"j": (1, -1)}, cid="c1") + _rows({"j": (-1, 1)}, cid="c2") + _rows({"j": (1, 1)}, cid="c3")
-            + _rows({"j": (1, -1)}, cid="c4") + _rows({"j": (None, 1)}, cid="c5")
-            + _rows({"j": (1, -1)}, cid="c1", a="x", b="y"))
-    rows += [{**rows[0], "rubric": "other"}, {**rows[0], "subject_type": "dialogue", "subject_id": "c1|a"}]
-    table = preference_table(pair_outcomes(pd.DataFrame(rows))).set_index(["model_a", "model_b"])
-    assert table.loc[("a", "b")].to_dict() == {"wins": 2, "losses": 1, "draws": 1, "profiles": 4,
-                                               "no_outcome": 1, "win_rate": 2 / 3}
-    assert table.loc[("x", "y"), "wins"] == 1
-    assert preference_table(pair_outcomes(pd.DataFrame(columns=SCORES.columns))).empty
-
-
 # --- the job --------------------------------------------------------------------------------------
 
 
@@ -153,8 +92,10 @@ def test_job_asks_each_judge_both_orders_and_a_positional_judge_yields_draws(tmp
     scores = TableStore(tmp_path, SCORES).read()
     assert len(scores) == 16 and (scores["status"] == "ok").all() and set(scores["score"]) == {-1.0}
     assert set(scores["responder"]) == {"a|b", "c|a"}
-    outcomes = pair_outcomes(scores)
-    assert len(outcomes) == 4 and (outcomes["outcome"] == "draw").all() and (outcomes["draw_votes"] == 2).all()
+    # The analysis of these rows: each judge's two orders disagree, so every profile is a draw.
+    codes = verdict_codes(load_rubric("sqpsych_preference"))
+    outcomes = pair_outcomes(judge_votes(order_verdicts(scores, "sqpsych_preference", codes)))
+    assert len(outcomes) == 4 and (outcomes["outcome"] == "draw").all() and (outcomes["votes_draw"] == 2).all()
 
 
 def test_restricted_profiles_are_refused_before_any_request(tmp_path, monkeypatch):

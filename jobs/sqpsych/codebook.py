@@ -1,0 +1,191 @@
+"""Codebooks: every numeric or categorical value of a client record in natural language.
+
+`conf/sqpsych/codebooks/` holds one file per questionnaire (`bdi.yaml`, `hamd.yaml`,
+`hama.yaml`: item titles, the meaning of each value, total -> severity band, with their sources)
+and `demographics.yaml` (which fields the profile shows, their labels, categorical codes ->
+words). `Codebook.render(record)` turns a record into the profile text the therapist and client
+prompts read (`{questionnaire}`), laid out like the SQPsych paper's Figure 8:
+
+    # Patient information
+    Age: 34
+    ...
+    ## Questionnaire BDI
+    Question BDI1: Sadness
+    Answer: On many days I feel low and sad.
+    ...
+    Total Score: 14 - mild depression
+
+A codebook file is checked against the scale's structure (`records.SCALES`) when it is loaded:
+every item present, every value of its range described, the bands covering 0..max total without
+gaps, so a profile can never show a raw number for want of words.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from jobs.sqpsych.records import FLAT_FIELDS, SCALES, ClientRecord
+from serving.configfiles import ConfigError, find_group_file, read_yaml, search_dirs, validated
+
+CODEBOOK_GROUP = "sqpsych/codebooks"
+SCALE_ORDER = ("bdi", "hamd", "hama")  # the order of the questionnaires in a profile
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Band(_Strict):
+    min: int = Field(ge=0)
+    max: int = Field(ge=0)
+    label: str = Field(min_length=1)
+
+
+class ItemCodebook(_Strict):
+    title: str = Field(min_length=1, description="The item's name, as the question line shows it.")
+    description: str | None = Field(None, description="Symptoms the item covers (HAM-A), shown after the title.")
+    values: dict[int, str] = Field(description="Each value of the item's range -> its meaning.")
+
+    def question(self) -> str:
+        return f"{self.title}: {self.description}" if self.description else self.title
+
+
+class ScaleCodebook(_Strict):
+    """One questionnaire's codebook file, checked against `records.SCALES[scale]`."""
+
+    scale: str = Field(description="bdi, hamd or hama: the record field it describes.")
+    title: str
+    citation: str = Field(min_length=1, description="Where the items, anchors and bands come from.")
+    total_label: str = "Total Score"
+    unit: str = Field(description="What the bands grade (depression, anxiety).")
+    bands: list[Band] = Field(min_length=1, description="Total score -> severity, in order.")
+    items: dict[str, ItemCodebook]
+
+    @model_validator(mode="after")
+    def _matches_scale(self) -> "ScaleCodebook":
+        if self.scale not in SCALES:
+            raise ValueError(f"scale {self.scale!r} is not one of {sorted(SCALES)}")
+        scale = SCALES[self.scale]
+        missing = [c for c in scale.codes if c not in self.items]
+        extra = [c for c in self.items if c not in scale.codes]
+        if missing or extra:
+            raise ValueError(f"items must be {scale.codes[0]}..{scale.codes[-1]}; missing {missing}, unknown {extra}")
+        for code, item in self.items.items():
+            want = list(range(scale.item_max(code) + 1))
+            if sorted(item.values) != want:
+                raise ValueError(f"item {code}: values must describe exactly {want}, got {sorted(item.values)}")
+        expected = 0
+        for band in self.bands:
+            if band.min != expected or band.max < band.min:
+                raise ValueError(f"bands must cover 0..{scale.max_total} in order without gaps; "
+                                 f"band {band.label!r} is {band.min}-{band.max}, expected to start at {expected}")
+            expected = band.max + 1
+        if expected != scale.max_total + 1:
+            raise ValueError(f"bands end at {expected - 1}, the scale's total goes to {scale.max_total}")
+        return self
+
+    def band(self, total: int) -> str:
+        for b in self.bands:
+            if b.min <= total <= b.max:
+                return b.label
+        raise ValueError(f"{self.scale} total {total} is outside 0..{self.bands[-1].max}")
+
+    def answer(self, code: str, value: int) -> str:
+        return self.items[code].values[value]
+
+
+class DemographicsCodebook(_Strict):
+    title: str = "Patient information"
+    fields: dict[str, str] = Field(description="Record field -> label, in the profile's order.")
+    codes: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="Per field: code -> words; other values are shown as written.")
+
+    @model_validator(mode="after")
+    def _known_fields(self) -> "DemographicsCodebook":
+        known = set(FLAT_FIELDS) | {"diagnosis"}
+        unknown = sorted((set(self.fields) | set(self.codes)) - known)
+        if unknown:
+            raise ValueError(f"unknown record fields {unknown}; known: {sorted(known)}")
+        return self
+
+    def words(self, field: str, value: object) -> str:
+        codes = self.codes.get(field, {})
+        text = str(value).strip()
+        return codes.get(text) or codes.get(text.lower()) or text
+
+
+class Codebook:
+    """All four codebook files; `render(record)` is the profile text."""
+
+    def __init__(self, demographics: DemographicsCodebook, scales: dict[str, ScaleCodebook]):
+        self.demographics = demographics
+        self.scales = scales
+
+    def severity(self, scale: str, total: int | None) -> str | None:
+        return None if total is None else self.scales[scale].band(total)
+
+    def _field_value(self, record: ClientRecord, field: str) -> str | None:
+        d = self.demographics
+        if field == "diagnosis":
+            code, text = record.history.diagnosis_code, record.history.diagnosis_text
+            if code and text:
+                return f"{code} - {text}"
+            if code:
+                described = d.words("diagnosis_code", code)
+                return described if described == code or code == "none" else f"{code} - {described}"
+            return text
+        value: object = record
+        for part in FLAT_FIELDS[field]:
+            value = getattr(value, part)
+        return None if value is None or value == "" else d.words(field, value)
+
+    def patient_block(self, record: ClientRecord) -> list[str]:
+        lines = [f"# {self.demographics.title}"]
+        for field, label in self.demographics.fields.items():
+            value = self._field_value(record, field)
+            if value is not None:
+                lines.append(f"{label}: {value}")
+        return lines
+
+    def questionnaire_block(self, record: ClientRecord, scale: str) -> list[str]:
+        values = getattr(record, scale)
+        if values is None:
+            return []
+        book = self.scales[scale]
+        lines = [f"## Questionnaire {SCALES[scale].prefix}"]
+        for code, value in values.items():
+            lines.append(f"Question {code}: {book.items[code].question()}")
+            lines.append(f"Answer: {book.answer(code, value)}")
+        total = record.total(scale)
+        lines.append(f"{book.total_label}: {total} - {book.band(total)}")
+        return lines
+
+    def render(self, record: ClientRecord) -> str:
+        """The profile text of one client (questionnaires not taken are left out)."""
+        blocks = [self.patient_block(record)]
+        blocks += [self.questionnaire_block(record, s) for s in SCALE_ORDER]
+        return "\n\n".join("\n".join(b) for b in blocks if b) + "\n"
+
+
+def _load_file(name: str, model: type[BaseModel], dirs: tuple[Path, ...]) -> BaseModel:
+    path = find_group_file(CODEBOOK_GROUP, name, list(dirs))
+    return validated(model, read_yaml(path), f"codebook {path}")
+
+
+@lru_cache(maxsize=8)
+def _load(dirs: tuple[Path, ...]) -> Codebook:
+    scales = {}
+    for name in SCALE_ORDER:
+        book = _load_file(name, ScaleCodebook, dirs)
+        if book.scale != name:
+            raise ConfigError(f"codebook {name}.yaml says `scale: {book.scale}`; it must be {name!r}")
+        scales[name] = book
+    return Codebook(_load_file("demographics", DemographicsCodebook, dirs), scales)
+
+
+def load_codebook(dirs: list[Path] | None = None) -> Codebook:
+    """The codebooks on the config search path (`hydra.searchpath` folders shadow `conf/`)."""
+    return _load(tuple(dirs if dirs is not None else search_dirs()))

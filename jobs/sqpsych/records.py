@@ -1,0 +1,180 @@
+"""One client of a clinical cohort: demographics, clinical history and three questionnaires.
+
+The questionnaires are stored as item values keyed by item code (`BDI1`..`BDI21`,
+`HAMD1`..`HAMD17`, `HAMA1`..`HAMA14`); their published structure (how many items, the range of
+each) is `SCALES`, the one place the loader, the generator and the codebooks check against.
+A value outside its item's range is never clipped: the record is refused with an error that
+names the client, the item and the value, and the cohort loader reports it and goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+GROUPS = ("control", "mdd")
+SPLITS = ("train", "dev", "test")
+Group = Literal["control", "mdd"]
+Split = Literal["train", "dev", "test"]
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A questionnaire's structure: item codes `<prefix>1..N` and each item's highest value."""
+
+    name: str                    # the record's field: bdi, hamd, hama
+    prefix: str                  # item codes: BDI1, HAMD17, ...
+    title: str
+    max_values: tuple[int, ...]  # item n's values are 0..max_values[n-1]
+
+    @property
+    def codes(self) -> list[str]:
+        return [f"{self.prefix}{n}" for n in range(1, len(self.max_values) + 1)]
+
+    @property
+    def max_total(self) -> int:
+        return sum(self.max_values)
+
+    def item_max(self, code: str) -> int | None:
+        """The item's highest value, or None when `code` is no item of this scale."""
+        if not code.startswith(self.prefix) or not code[len(self.prefix):].isdigit():
+            return None
+        n = int(code[len(self.prefix):])
+        return self.max_values[n - 1] if 1 <= n <= len(self.max_values) else None
+
+
+# BDI-II: 21 items, each 0-3 (Beck, Steer & Brown 1996). Items 16 (sleep) and 18 (appetite)
+# have a/b variants of 1-3 (more or less); a record keeps the level, as the total does.
+BDI = Scale("bdi", "BDI", "Beck Depression Inventory-II", (3,) * 21)
+# HAM-D 17 (Hamilton 1960): nine items 0-4, eight items 0-2 (insomnia x3, gastrointestinal,
+# general somatic, genital, weight loss, insight); total 0-52. Weight loss "not assessed" (3 in
+# some sheets) is a missing value, not a score.
+HAMD = Scale("hamd", "HAMD", "Hamilton Depression Rating Scale (HAM-D 17)",
+             (4, 4, 4, 2, 2, 2, 4, 4, 4, 4, 4, 2, 2, 2, 4, 2, 2))
+# HAM-A (Hamilton 1959): 14 items, each 0-4; total 0-56.
+HAMA = Scale("hama", "HAMA", "Hamilton Anxiety Rating Scale (HAM-A)", (4,) * 14)
+SCALES: dict[str, Scale] = {s.name: s for s in (BDI, HAMD, HAMA)}
+
+
+class ItemProblem(NamedTuple):
+    """Why one questionnaire value cannot be used."""
+
+    item: str
+    value: Any
+    reason: str  # a category: unknown item code, out-of-range value, not an integer, missing item
+
+    def describe(self) -> str:
+        return f"item {self.item} = {self.value!r}: {self.reason}"
+
+
+def as_item_value(value: Any) -> int | None:
+    """An item value as an int: ints, whole floats ("2.0" from a spreadsheet) and digit strings.
+    None for anything else (a bool is not a score)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            number = float(text)
+        except ValueError:
+            return None
+        return int(number) if number.is_integer() else None
+    return None
+
+
+def item_problems(scale: Scale, values: Mapping[str, Any]) -> list[ItemProblem]:
+    """Every problem of one questionnaire's values, in item order (unknown codes first)."""
+    problems = [ItemProblem(code, v, "unknown item code") for code, v in values.items()
+                if scale.item_max(code) is None]
+    for code in scale.codes:
+        if code not in values or values[code] is None:
+            problems.append(ItemProblem(code, None, "missing item"))
+            continue
+        value = as_item_value(values[code])
+        if value is None:
+            problems.append(ItemProblem(code, values[code], "not an integer"))
+        elif not 0 <= value <= scale.item_max(code):
+            problems.append(ItemProblem(code, value, f"out-of-range value (0-{scale.item_max(code)})"))
+    return problems
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Demographics(_Strict):
+    """Who the client is. Categorical values are codes of `conf/sqpsych/codebooks/demographics.yaml`
+    (a value that is no code there is shown as written)."""
+
+    age: int | None = Field(None, ge=0, le=120, description="Age in years at assessment.")
+    year_of_birth: int | None = Field(None, ge=1900, le=2100, description="When only the year is known.")
+    gender: str | None = Field(None, description="Code: f, m, d (diverse), or text.")
+    education: str | None = Field(None, description="Highest education, a code or text.")
+    living_situation: str | None = Field(None, description="Code (alone, partner, family, ...) or text.")
+    work_situation: str | None = Field(None, description="Code (employed, unemployed, student, ...) or text.")
+
+
+class ClinicalHistory(_Strict):
+    """The clinical history as the cohort records it; controls have mostly empty fields."""
+
+    diagnosis_code: str | None = Field(None, description="DSM-IV code, e.g. 296.32; None for controls.")
+    diagnosis_text: str | None = Field(None, description="Diagnosis in words (e.g. the SCID text).")
+    episodes: int | None = Field(None, ge=0, description="Number of depressive episodes so far.")
+    onset_age: int | None = Field(None, ge=0, le=120, description="Age at the first episode.")
+    family_history: str | None = Field(None, description="Affective disorders in the family: yes, no, unknown, or text.")
+    medication: str | None = Field(None, description="Current psychiatric medication, or none.")
+
+
+class ClientRecord(_Strict):
+    """One client. Questionnaires are `{item code: value}`, complete, or None when not taken."""
+
+    client_id: str = Field(min_length=1, description="Unique within the cohort; the profiles' key.")
+    demographics: Demographics = Field(default_factory=Demographics)
+    history: ClinicalHistory = Field(default_factory=ClinicalHistory)
+    bdi: dict[str, int] | None = Field(None, description="BDI-II, 21 items 0-3.")
+    hamd: dict[str, int] | None = Field(None, description="HAM-D 17, items 0-4 or 0-2.")
+    hama: dict[str, int] | None = Field(None, description="HAM-A, 14 items 0-4.")
+    group: Group = Field(description="control (healthy) or mdd (major depressive disorder).")
+    split: Split = Field(description="train, dev or test.")
+
+    @field_validator("bdi", "hamd", "hama", mode="before")
+    @classmethod
+    def _items(cls, values: Any, info) -> Any:
+        if values is None:
+            return None
+        if not isinstance(values, Mapping):
+            raise ValueError(f"expected a mapping of item code to value, got {type(values).__name__}")
+        scale = SCALES[info.field_name]
+        problems = item_problems(scale, values)
+        if problems:
+            client = info.data.get("client_id", "?")
+            raise ValueError(f"client {client}: " + "; ".join(p.describe() for p in problems))
+        return {code: as_item_value(values[code]) for code in scale.codes}
+
+    @model_validator(mode="after")
+    def _onset_before_age(self) -> "ClientRecord":
+        age, onset = self.demographics.age, self.history.onset_age
+        if age is not None and onset is not None and onset > age:
+            raise ValueError(f"client {self.client_id}: onset_age {onset} is after age {age}")
+        return self
+
+    def total(self, scale: str) -> int | None:
+        """The questionnaire's total score, None when it was not taken."""
+        values = getattr(self, scale)
+        return None if values is None else sum(values.values())
+
+
+# Flat field names (as a CSV column mapping names them) -> where they live in the record.
+FLAT_FIELDS: dict[str, tuple[str, ...]] = {
+    "client_id": ("client_id",),
+    "group": ("group",),
+    "split": ("split",),
+    **{f: ("demographics", f) for f in Demographics.model_fields},
+    **{f: ("history", f) for f in ClinicalHistory.model_fields},
+}

@@ -1,0 +1,178 @@
+"""A seeded generator of clinically plausible synthetic cohorts, at the SQPsych paper's proportions.
+
+Real cohorts are restricted clinical data and are not shipped; this generator stands in for them
+in demos, tests and benchmarks. The paper's cohort is 2,090 clients (1,178 healthy controls,
+912 with major depressive disorder) split 1,693 / 144 / 253 into train / dev / test; a cohort of
+that size here has exactly those counts, and a smaller one the same proportions (largest
+remainder). Dev and test are stratified by group, so every split has about the cohort's mix.
+
+Plausibility comes from one latent severity per client: controls draw it near zero, MDD clients
+around the middle of the range, and every item of the three questionnaires is drawn from it
+(with a per-item weight and noise), so the BDI-II, HAM-D and HAM-A totals are correlated as
+they are in clinical samples, controls' totals fall mostly in the minimal / normal bands and MDD
+clients' mostly in the mild to severe ones. Demographics and history follow the group (e.g. MDD
+clients have episodes, an onset age, a DSM-IV code whose severity digit follows their HAM-D,
+medication in most cases). These are modelling choices, not estimates from a real cohort.
+
+The same `(size, seed)` gives the same cohort, record for record. The records come in a seeded
+random order with ids `syn-0001`, ... so that the first N (`dataset.limit=N`) mix both groups.
+
+    python -m jobs.sqpsych.synthetic --size 24 --seed 7 --out data/demo/sqpsych_cohort_demo.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from jobs.sqpsych.records import SCALES, ClientRecord
+
+PAPER_GROUPS = {"control": 1178, "mdd": 912}
+PAPER_SPLITS = {"train": 1693, "dev": 144, "test": 253}
+PAPER_SIZE = sum(PAPER_GROUPS.values())  # 2,090 = 1,693 + 144 + 253
+
+# Latent severity in [0, 1]: Beta(a, b) per group (means 0.085 and 0.40).
+SEVERITY = {"control": (1.3, 14.0), "mdd": (3.2, 4.8)}
+# How much of the latent severity each questionnaire shows: the clinician-rated HAM-D and the
+# HAM-A reach their upper ranges less often than the self-rated BDI-II.
+SCALE_FACTOR = {"bdi": 1.0, "hamd": 0.75, "hama": 0.6}
+ITEM_NOISE_SD = 0.07
+# Rare items: suicidality, retardation, psychotic-level guilt and lack of insight are endorsed
+# far less often than mood, sleep or energy items.
+RARE_ITEMS = {"BDI9": 0.3, "HAMD2": 0.7, "HAMD3": 0.3, "HAMD8": 0.6, "HAMD17": 0.4, "HAMD15": 0.6}
+
+EDUCATION = (["lower_secondary", "upper_secondary", "vocational", "university", "none"],
+             [0.15, 0.3, 0.25, 0.28, 0.02])
+LIVING = {"control": (["alone", "partner", "family", "parents", "shared"], [0.22, 0.3, 0.2, 0.13, 0.15]),
+          "mdd": (["alone", "partner", "family", "parents", "shared", "assisted"], [0.32, 0.24, 0.17, 0.13, 0.12, 0.02])}
+WORK = {"control": (["employed", "part_time", "unemployed", "student", "retired", "homemaker"],
+                    [0.48, 0.14, 0.04, 0.26, 0.03, 0.05]),
+        "mdd": (["employed", "part_time", "unemployed", "student", "sick_leave", "retired", "homemaker"],
+                [0.36, 0.14, 0.12, 0.17, 0.13, 0.03, 0.05])}
+FAMILY_HISTORY = {"control": (["yes", "no", "unknown"], [0.12, 0.83, 0.05]),
+                  "mdd": (["yes", "no", "unknown"], [0.45, 0.45, 0.10])}
+MEDICATION = ["sertraline 100 mg/day", "escitalopram 10 mg/day", "citalopram 20 mg/day",
+              "venlafaxine 150 mg/day", "duloxetine 60 mg/day", "mirtazapine 30 mg/day",
+              "bupropion 300 mg/day", "agomelatine 25 mg/day", "escitalopram 15 mg/day and quetiapine 50 mg/day"]
+
+
+def apportion(n: int, weights: dict[str, int]) -> dict[str, int]:
+    """Split `n` in proportion to `weights` (largest remainder): exact when n is their sum."""
+    total = sum(weights.values())
+    quotas = {k: n * w / total for k, w in weights.items()}
+    out = {k: int(q) for k, q in quotas.items()}
+    by_remainder = sorted(weights, key=lambda k: (-(quotas[k] - out[k]), list(weights).index(k)))
+    for k in by_remainder[: n - sum(out.values())]:
+        out[k] += 1
+    return out
+
+
+def assign_groups_and_splits(size: int) -> list[tuple[str, str]]:
+    """(group, split) for `size` clients: the paper's group and split counts, dev and test
+    stratified by group (each takes its share of the groups' remaining clients)."""
+    groups = apportion(size, PAPER_GROUPS)
+    splits = apportion(size, PAPER_SPLITS)
+    left = dict(groups)
+    cells: list[tuple[str, str]] = []
+    for split in ("test", "dev"):
+        share = apportion(splits[split], left) if sum(left.values()) else {}
+        for group, k in share.items():
+            cells += [(group, split)] * k
+            left[group] -= k
+    for group, k in left.items():
+        cells += [(group, "train")] * k
+    return cells
+
+
+def _item_weights() -> dict[str, np.ndarray]:
+    """Per-item weights: a property of the instrument, so fixed whatever the cohort's seed."""
+    rng = np.random.default_rng(20250101)
+    weights = {}
+    for name, scale in SCALES.items():
+        w = rng.uniform(0.75, 1.25, len(scale.codes))
+        for i, code in enumerate(scale.codes):
+            w[i] *= RARE_ITEMS.get(code, 1.0)
+        weights[name] = w
+    return weights
+
+
+def _questionnaires(rng: np.random.Generator, group: str, severity: float,
+                    weights: dict[str, np.ndarray]) -> dict[str, dict[str, int]]:
+    # Anxiety has its own component on top of the shared severity (comorbid anxiety in MDD).
+    anxious = rng.beta(1.5, 6.0) if group == "mdd" else rng.beta(1.0, 20.0)
+    out = {}
+    for name, scale in SCALES.items():
+        level = severity * SCALE_FACTOR[name] + (0.3 * anxious if name == "hama" else 0.0)
+        # Noise scaled by the item's weight too, so that rare items stay rare among controls.
+        p = np.clip((level + rng.normal(0.0, ITEM_NOISE_SD, len(scale.codes))) * weights[name], 0.0, 0.97)
+        values = rng.binomial(np.array(scale.max_values), p)
+        out[name] = {code: int(v) for code, v in zip(scale.codes, values)}
+    return out
+
+
+def _diagnosis_code(episodes: int, hamd_total: int) -> str:
+    """DSM-IV 296.2x (single episode) or 296.3x (recurrent); the fifth digit from the HAM-D."""
+    base = "296.2" if episodes == 1 else "296.3"
+    digit = "6" if hamd_total <= 7 else "1" if hamd_total <= 13 else "2" if hamd_total <= 18 else "3"
+    return base + digit
+
+
+def _choice(rng: np.random.Generator, options: tuple[list[str], list[float]]) -> str:
+    values, probs = options
+    return str(rng.choice(values, p=np.array(probs) / sum(probs)))
+
+
+def _client(rng: np.random.Generator, client_id: str, group: str, split: str,
+            weights: dict[str, np.ndarray]) -> ClientRecord:
+    severity = float(rng.beta(*SEVERITY[group]))
+    items = _questionnaires(rng, group, severity, weights)
+    age = int(np.clip(round(rng.normal(37 if group == "mdd" else 35, 12)), 18, 65))
+    gender = _choice(rng, (["f", "m", "d"], [0.63, 0.36, 0.01] if group == "mdd" else [0.6, 0.39, 0.01]))
+    demographics = dict(age=age, gender=gender, education=_choice(rng, EDUCATION),
+                        living_situation=_choice(rng, LIVING[group]), work_situation=_choice(rng, WORK[group]))
+    if group == "mdd":
+        episodes = 1 + int(rng.poisson(1.6))
+        onset = int(rng.integers(max(12, age - 30), age + 1))
+        history = dict(diagnosis_code=_diagnosis_code(episodes, sum(items["hamd"].values())),
+                       episodes=episodes, onset_age=onset,
+                       family_history=_choice(rng, FAMILY_HISTORY[group]),
+                       medication="none" if rng.random() < 0.35 else str(rng.choice(MEDICATION)))
+    else:
+        history = dict(diagnosis_code="none", episodes=0,
+                       family_history=_choice(rng, FAMILY_HISTORY[group]), medication="none")
+    return ClientRecord(client_id=client_id, demographics=demographics, history=history,
+                        group=group, split=split, **items)
+
+
+def generate_cohort(size: int = PAPER_SIZE, seed: int = 0) -> list[ClientRecord]:
+    """`size` synthetic clients at the paper's proportions; the same seed gives the same cohort."""
+    if size < 1:
+        raise ValueError(f"cohort size must be at least 1, got {size}")
+    rng = np.random.default_rng(seed)
+    cells = assign_groups_and_splits(size)
+    order = rng.permutation(len(cells))
+    weights = _item_weights()
+    width = max(4, len(str(size)))
+    return [_client(rng, f"syn-{i + 1:0{width}d}", *cells[j], weights) for i, j in enumerate(order)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Write a synthetic cohort as a CSV laid out by a dataset file's column mapping."""
+    from jobs.sqpsych.cohort import load_cohort_config, write_cohort_csv
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=24)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dataset", default="sqpsych_csv_example",
+                        help="conf/dataset file whose column mapping lays out the CSV")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    records = generate_cohort(args.size, args.seed)
+    write_cohort_csv(records, args.out, load_cohort_config(args.dataset).columns)
+    print(f"{len(records)} synthetic clients (seed {args.seed}) -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

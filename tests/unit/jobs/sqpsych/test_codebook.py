@@ -1,0 +1,113 @@
+"""Codebooks: every value of every item in words, bands that cover each scale, the profile text."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import yaml
+
+from jobs.sqpsych.codebook import load_codebook
+from jobs.sqpsych.records import BDI, HAMA, HAMD, SCALES, ClientRecord
+from serving.configfiles import ConfigError
+from tests.conftest import ROOT
+
+CODEBOOKS = ROOT / "conf" / "sqpsych" / "codebooks"
+
+
+@pytest.fixture(scope="module")
+def codebook():
+    return load_codebook([ROOT / "conf"])
+
+
+def client(**kw) -> ClientRecord:
+    data = dict(
+        client_id="c7", group="mdd", split="test",
+        demographics={"age": 41, "gender": "f", "living_situation": "alone", "work_situation": "sick_leave"},
+        history={"diagnosis_code": "296.32", "episodes": 3, "onset_age": 24, "family_history": "yes",
+                 "medication": "sertraline 100 mg/day"},
+        bdi={c: (2 if n <= 7 else 0) for n, c in enumerate(BDI.codes, 1)},  # 14: mild
+        hamd={c: 1 for c in HAMD.codes},                                  # 17: moderate
+        hama={c: 0 for c in HAMA.codes},
+    )
+    data.update(kw)
+    return ClientRecord(**data)
+
+
+@pytest.mark.parametrize("scale", sorted(SCALES))
+def test_every_item_value_has_words(codebook, scale):
+    book = codebook.scales[scale]
+    for code in SCALES[scale].codes:
+        for value in range(SCALES[scale].item_max(code) + 1):
+            assert book.answer(code, value).strip()
+
+
+@pytest.mark.parametrize("scale, total, band", [
+    ("bdi", 0, "minimal depression"), ("bdi", 13, "minimal depression"), ("bdi", 14, "mild depression"),
+    ("bdi", 19, "mild depression"), ("bdi", 20, "moderate depression"), ("bdi", 28, "moderate depression"),
+    ("bdi", 29, "severe depression"), ("bdi", 63, "severe depression"),
+    ("hamd", 7, "normal (no depression)"), ("hamd", 8, "mild depression"), ("hamd", 13, "mild depression"),
+    ("hamd", 14, "moderate depression"), ("hamd", 18, "moderate depression"), ("hamd", 19, "severe depression"),
+    ("hamd", 22, "severe depression"), ("hamd", 23, "very severe depression"), ("hamd", 52, "very severe depression"),
+    ("hama", 7, "no or minimal anxiety"), ("hama", 8, "mild anxiety"), ("hama", 15, "moderate anxiety"),
+    ("hama", 24, "severe anxiety"),
+])
+def test_severity_bands(codebook, scale, total, band):
+    assert codebook.severity(scale, total) == band
+
+
+def test_files_cite_sources_and_bdi_says_it_is_paraphrased(codebook):
+    for scale in SCALES:
+        assert codebook.scales[scale].citation
+    header = (CODEBOOKS / "bdi.yaml").read_text().split("scale:")[0].lower()
+    assert "paraphrase" in header and "copyright" in header
+    assert "Hamilton" in codebook.scales["hamd"].citation and "1960" in codebook.scales["hamd"].citation
+    assert "Hamilton" in codebook.scales["hama"].citation and "1959" in codebook.scales["hama"].citation
+
+
+def test_profile_text(codebook):
+    text = codebook.render(client())
+    lines = text.splitlines()
+    assert lines[0] == "# Patient information"
+    assert "Age: 41" in lines and "Gender: female" in lines and "Living situation: lives alone" in lines
+    assert "Diagnosis: 296.32 - major depressive disorder, recurrent, moderate" in lines
+    assert "Group: major depressive disorder (MDD)" in lines
+    assert "Family history of affective disorders: affective disorders in first-degree relatives" in lines
+    assert "Current medication: sertraline 100 mg/day" in lines  # free text shown as written
+    # One question and one answer per item, in the scale's order, then the total and its band.
+    bdi = lines[lines.index("## Questionnaire BDI") + 1:]
+    assert bdi[0] == "Question BDI1: Sadness" and bdi[1] == "Answer: Sadness is with me constantly."
+    assert bdi[42] == "Total Score: 14 - mild depression"
+    assert "Total Score: 17 - moderate depression" in lines
+    assert "Question HAMD4: Insomnia, early in the night" in lines
+    assert "Answer: Complains of occasional difficulty falling asleep, i.e. more than half an hour." in lines
+    assert lines[-1] == "Total Score: 0 - no or minimal anxiety"
+    assert sum(line.startswith("Answer: ") for line in lines) == 21 + 17 + 14
+    assert not any(line.startswith("Answer: ") and line[8:].strip().isdigit() for line in lines)
+
+
+def test_profile_leaves_out_what_the_record_lacks(codebook):
+    text = codebook.render(client(hama=None, demographics={}, history={}, group="control"))
+    assert "## Questionnaire HAMA" not in text and "Age:" not in text and "Diagnosis:" not in text
+    assert "Group: healthy control (HC)" in text and "## Questionnaire HAMD" in text
+
+
+def test_a_codebook_missing_a_value_is_refused_naming_the_file_and_item(tmp_path):
+    shutil.copytree(CODEBOOKS, tmp_path / "sqpsych" / "codebooks")
+    path = tmp_path / "sqpsych" / "codebooks" / "hamd.yaml"
+    data = yaml.safe_load(path.read_text())
+    del data["items"]["HAMD3"]["values"][4]
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as err:
+        load_codebook([tmp_path])
+    assert "hamd.yaml" in str(err.value) and "HAMD3" in str(err.value)
+
+
+def test_bands_with_a_gap_are_refused(tmp_path):
+    shutil.copytree(CODEBOOKS, tmp_path / "sqpsych" / "codebooks")
+    path = tmp_path / "sqpsych" / "codebooks" / "bdi.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["bands"][1]["min"] = 15
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="bands must cover 0..63"):
+        load_codebook([tmp_path])
