@@ -133,6 +133,12 @@ class ModelConfig(_Strict):
         default_factory=dict, description="Passed to the engine as-is (vLLM engine args or Llama())."
     )
     resources: Resources = Field(default_factory=Resources)
+    params_b: float | None = Field(
+        None,
+        gt=0,
+        description="Parameters in billions (the model card's count), for the GPU-memory fit "
+        "check of served models (serving.capacity); the dtype is engine_kwargs.dtype.",
+    )
     generation: GenerationParams = Field(default_factory=GenerationParams)
     reasoning: ReasoningConfig = Field(default_factory=ReasoningConfig)
     concurrency: int = Field(
