@@ -41,7 +41,7 @@ class ServingConfig(BaseModel):
     deploy: bool = Field(
         True,
         description="Deploy missing hosted models. False: use models already served at host:port "
-        "(e.g. a KubeRay RayService: serving.host=model-zoo-serve-svc serving.deploy=false) and "
+        "(e.g. a KubeRay RayService: serving.host=mentalbench-models-serve-svc serving.deploy=false) and "
         "only wait until they answer.",
     )
 
