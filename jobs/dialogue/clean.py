@@ -1,0 +1,83 @@
+"""Post-processing of one agent's answer into the utterance the dialogue keeps.
+
+Real models wrap their line in role prefixes ("Therapist:", "**Client:**"), write the other
+agent's line after their own, add notes to the reader ("(Note: ...)", "(28 words)"), quote the
+utterance, and spell the stop token loosely ("[END]", "[**/END**]", "/END"). `clean_utterance`
+removes all of that and says whether the stop token was there; the engine decides whether it is
+honored (only after the minimum turns).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Cleaned:
+    text: str
+    has_stop: bool
+
+
+def _stop_pattern(token: str) -> re.Pattern[str]:
+    """The token and its loose spellings: `[/END]` also matches `[END]`, `[**/END**]`, `[[/END]]`
+    and a bare `/END` (variants seen in the SQPsych authors' outputs)."""
+    core = re.sub(r"\W", "", token)
+    if not core:
+        return re.compile(re.escape(token))
+    return re.compile(
+        rf"\[*\s*\**\s*/?\s*{re.escape(core)}\s*\**\s*\]+|(?<![\w/])/{re.escape(core)}\b|{re.escape(token)}"
+    )
+
+
+def _label_pattern(label: str) -> re.Pattern[str]:
+    # "Therapist:", "**Therapist:**", "**Therapist**:", "THERAPIST :"
+    return re.compile(rf"\**\s*{re.escape(label)}\s*\**\s*:\s*\**", re.IGNORECASE)
+
+
+_NOTE_PAREN = re.compile(r"\(\s*(?:note|explanation|word count|\d+\s+words?)\b[^)]*\)", re.IGNORECASE)
+_NOTE_LINE = re.compile(r"^\s*[*_]*\s*(?:note|explanation)\s*[*_]*\s*:.*$", re.IGNORECASE | re.MULTILINE)
+_QUOTES = {'"': '"', "“": "”", "'": "'", "‘": "’"}
+
+
+def _unquote(text: str) -> str:
+    while len(text) >= 2 and text[0] in _QUOTES and text[-1] == _QUOTES[text[0]]:
+        text = text[1:-1].strip()
+    return text
+
+
+def clean_utterance(raw: str, label: str, other_labels: list[str], stop_token: str) -> Cleaned:
+    """The utterance of the agent labeled `label` in `raw`, and whether it carried the stop token.
+
+    - text before the agent's own label is dropped (a preamble, a repeated prompt), and the label;
+    - anything from another agent's label on is dropped (the model wrote the partner's line);
+    - "(Note: ...)" asides, "Note: ..." lines and "(N words)" counts are dropped;
+    - the stop token (in any loose spelling) is removed and reported;
+    - surrounding quotes and whitespace are stripped, inner whitespace runs collapsed.
+    """
+    text = raw or ""
+    own = _label_pattern(label)
+    m = own.search(text)
+    if m:
+        text = text[m.end():]
+    for other in other_labels:
+        m = _label_pattern(other).search(text)
+        if m:
+            text = text[: m.start()]
+    # A second own label means the model went on with another of its own turns: keep the first.
+    m = own.search(text)
+    if m:
+        text = text[: m.start()]
+    stop = _stop_pattern(stop_token)
+    has_stop = bool(stop.search(text))
+    text = stop.sub(" ", text)
+    text = _NOTE_LINE.sub("", text)
+    text = _NOTE_PAREN.sub("", text)
+    text = re.sub(r"[ \t]+", " ", text)
+    text = re.sub(r"\s*\n\s*", "\n", text).strip()
+    return Cleaned(text=_unquote(text), has_stop=has_stop)
+
+
+def normalized(text: str) -> str:
+    """The form two utterances are compared in to call one a repeat of the other."""
+    return re.sub(r"\W+", " ", text).strip().lower()

@@ -1,0 +1,246 @@
+"""The async loop of one dialogue between two agents, each its own model and prompt.
+
+Both agents see the whole history: each turn renders the speaker's prompt template with
+`{history}` (one `Label: text` line per turn so far) and the dialogue's other fields (a
+questionnaire, a client card), sends it as one chat call through the shared `ChatClient` (whose
+per-model semaphore bounds what is in flight across every dialogue of the job), cleans the
+answer, and hands the finished turn to `on_turn` at once, so a crash loses no answered turn.
+
+Given the turns already written, the loop continues after the last of them: a resumed dialogue
+never sends a completed turn again. A failed call ends the dialogue with `ended_by = error`,
+its completed turns kept and `stopped_at_turn` saying where; resuming retries from there.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from jobs.dialogue.clean import clean_utterance, normalized
+from jobs.dialogue.rules import DialogueRules
+from jobs.schemas import ENDED_CAP, ENDED_ERROR, ENDED_STOP_TOKEN, STATUS_ERROR, STATUS_OK
+from serving.client import ChatClient
+from serving.config import GenerationParams
+
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+PHASE_PLACEHOLDER = "phase_instruction"
+HISTORY_PLACEHOLDER = "history"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AgentSpec(_Strict):
+    """One side of a dialogue."""
+
+    role: str = Field(description="The agent's role, recorded on its turns (e.g. therapist).")
+    label: str = Field(description="Its name in the history lines (`Label: text`) and the prefix cleaned off its answers.")
+    model: str = Field(description="Model file name.")
+    template: str = Field(description="The user message; `{history}`, the dialogue's fields, `{phase_instruction}`, "
+                          "`{turn}` and `{round}` are filled.")
+    system: str | None = Field(None, description="An optional system message (same placeholders).")
+    generation: dict[str, Any] = Field(default_factory=dict, description="Overrides of the model's sampling defaults.")
+
+
+class DialogueSpec(_Strict):
+    """Everything one dialogue needs, shipped to a worker as one row."""
+
+    dialogue_id: str
+    context_id: str | None = Field(None, description="The profile or card the dialogue is about.")
+    agents: list[AgentSpec] = Field(min_length=2, max_length=2)
+    rules: DialogueRules
+    fields: dict[str, str] = Field(default_factory=dict, description="Placeholder values of both templates.")
+    tested_role: str | None = Field(None, description="The agent under test (default: the first agent).")
+    variant: str | None = None
+    prompt_version: str | None = None
+
+    @model_validator(mode="after")
+    def _roles(self) -> "DialogueSpec":
+        roles = [a.role for a in self.agents]
+        if roles[0] == roles[1]:
+            raise ValueError(f"dialogue {self.dialogue_id!r}: both agents have role {roles[0]!r}")
+        for name in ("first_speaker", "tested_role"):
+            value = self.rules.first_speaker if name == "first_speaker" else self.tested_role
+            if value is not None and value not in roles:
+                raise ValueError(f"dialogue {self.dialogue_id!r}: {name} {value!r} is not one of the roles {roles}")
+        return self
+
+    def agent(self, role: str) -> AgentSpec:
+        return next(a for a in self.agents if a.role == role)
+
+    @property
+    def roles(self) -> tuple[str, str]:
+        return (self.agents[0].role, self.agents[1].role)
+
+    @property
+    def tested(self) -> AgentSpec:
+        return self.agent(self.tested_role or self.agents[0].role)
+
+    @property
+    def partner(self) -> AgentSpec:
+        return next(a for a in self.agents if a is not self.tested)
+
+
+@dataclass
+class DialogueResult:
+    """How a dialogue ended, with all its turns (those resumed from and those run now)."""
+
+    turns: list[dict[str, Any]]
+    ended_by: str
+    error: str | None = None
+    new_turns: int = 0
+    calls: int = 0
+
+    @property
+    def status(self) -> str:
+        return STATUS_ERROR if self.ended_by == ENDED_ERROR else STATUS_OK
+
+    @property
+    def stopped_at_turn(self) -> int:
+        return len(self.turns)
+
+
+def render(template: str, values: dict[str, str]) -> str:
+    """Fill `{name}` placeholders in one pass (a value is never re-scanned, and braces that name
+    no value, such as JSON in a prompt, stay as written)."""
+    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+
+
+def history_text(turns: list[dict[str, Any]], labels: dict[str, str]) -> str:
+    return "\n".join(f"{labels[t['role']]}: {t['text']}" for t in turns)
+
+
+def completed_prefix(done: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The written turns 1..k without a gap (a later turn after a gap is run again)."""
+    by_turn = {int(t["turn"]): t for t in done}
+    out = []
+    while len(out) + 1 in by_turn:
+        out.append(by_turn[len(out) + 1])
+    return out
+
+
+def _ended(turns: list[dict[str, Any]], rules: DialogueRules) -> str | None:
+    """Whether the written turns already finish the dialogue, and how."""
+    stop_at = next((int(t["turn"]) for t in turns if t.get("stop")), None)
+    if stop_at is not None and (not rules.final_reply or len(turns) > stop_at):
+        return ENDED_STOP_TOKEN
+    if len(turns) >= rules.max_turns:
+        return ENDED_STOP_TOKEN if stop_at is not None else ENDED_CAP
+    return None
+
+
+def build_messages(spec: DialogueSpec, role: str, turns: list[dict[str, Any]], turn: int,
+                   notes: list[str]) -> list[dict[str, str]]:
+    """The chat messages of `role`'s prompt for `turn`, with any notes appended."""
+    agent = spec.agent(role)
+    labels = {a.role: a.label for a in spec.agents}
+    phase = spec.rules.phase(turn)
+    instruction = phase.instruction if phase is not None and phase.role == role else ""
+    values = {**spec.fields, HISTORY_PLACEHOLDER: history_text(turns, labels), PHASE_PLACEHOLDER: instruction,
+              "turn": str(turn), "round": str(spec.rules.round_of(turn))}
+    user = render(agent.template, values)
+    has_slot = "{" + PHASE_PLACEHOLDER + "}" in agent.template or (
+        agent.system is not None and "{" + PHASE_PLACEHOLDER + "}" in agent.system)
+    extra = ([instruction] if instruction and not has_slot else []) + notes
+    if extra:
+        user = user.rstrip() + "\n\n" + "\n".join(extra)
+    head = [{"role": "system", "content": render(agent.system, values)}] if agent.system else []
+    return head + [{"role": "user", "content": user}]
+
+
+async def run_dialogue(
+    client: ChatClient,
+    spec: DialogueSpec,
+    params: dict[str, GenerationParams],
+    *,
+    sensitivity: str,
+    done: list[dict[str, Any]] | None = None,
+    on_turn: Callable[[dict[str, Any]], Awaitable[None] | None] | None = None,
+) -> DialogueResult:
+    """Run (or resume) one dialogue to its end: stop token, cap, or a failed turn.
+
+    Args:
+        client: the shared client (its per-model semaphores bound the calls in flight).
+        spec: agents, rules and placeholder values.
+        params: role -> sampling parameters of that agent's model.
+        sensitivity: of the dialogue's data; checked by the client before every call.
+        done: the turns already written for this dialogue (resume continues after them).
+        on_turn: called with each finished turn (a TURNS row without the run fields) as soon
+            as it is answered.
+    """
+    rules = spec.rules
+    turns = completed_prefix(list(done or []))
+    result = DialogueResult(turns=turns, ended_by="")
+    labels = {a.role: a.label for a in spec.agents}
+    while True:
+        ended = _ended(turns, rules)
+        if ended:
+            result.ended_by = ended
+            return result
+        turn = len(turns) + 1
+        role = rules.speaker(turn, spec.roles)
+        row = await _one_turn(client, spec, params[role], role, turns, turn, labels, sensitivity, result)
+        if row["status"] != STATUS_OK:
+            result.ended_by = ENDED_ERROR
+            result.error = f"turn {turn} ({role}, {spec.agent(role).model}): {row['error']}"
+            return result
+        turns.append(row)
+        result.new_turns += 1
+        if on_turn is not None:
+            maybe = on_turn(row)
+            if maybe is not None:
+                await maybe
+
+
+async def _one_turn(client: ChatClient, spec: DialogueSpec, params: GenerationParams, role: str,
+                    turns: list[dict[str, Any]], turn: int, labels: dict[str, str], sensitivity: str,
+                    result: DialogueResult) -> dict[str, Any]:
+    """One utterance, regenerated while it repeats one of the same agent's earlier ones (or is
+    empty), up to the rules' limit. Returns the turn row (status `error` when a call failed)."""
+    rules = spec.rules
+    agent = spec.agent(role)
+    others = [labels[r] for r in spec.roles if r != role]
+    earlier = {normalized(t["text"]) for t in turns if t["role"] == role}
+    countdown = rules.countdown_note(turn)
+    notes = [countdown] if countdown else []
+    phase = rules.phase(turn)
+    started = time.perf_counter()
+    attempts = 0
+    prompt_tokens = 0
+    regenerations = 0
+    while True:
+        messages = build_messages(spec, role, turns, turn, notes)
+        key = f"{spec.dialogue_id}#{turn}" + (f"/r{regenerations}" if regenerations else "")
+        res = await client.chat(agent.model, messages, params, sensitivity=sensitivity, request_key=key)
+        result.calls += 1
+        attempts += res.attempts
+        prompt_tokens += res.prompt_tokens or 0
+        row: dict[str, Any] = {
+            "turn": turn, "role": role, "model": agent.model, "round": rules.round_of(turn),
+            "phase": phase.name if phase else None, "regenerations": regenerations,
+            "status": res.status, "error": res.error, "attempts": attempts, "prompt_tokens": prompt_tokens,
+            "completion_tokens": res.completion_tokens, "finish_reason": res.finish_reason,
+            "raw": res.content, "text": None, "stop": False,
+        }
+        if not res.ok:
+            row["latency_s"] = time.perf_counter() - started
+            return row
+        cleaned = clean_utterance(res.content or "", agent.label, others, rules.stop_token)
+        repeated = normalized(cleaned.text) in earlier
+        empty = not cleaned.text
+        if (repeated or empty) and regenerations < rules.max_regenerations:
+            regenerations += 1
+            # The paper's note quotes the utterance to avoid; an empty one has nothing to quote.
+            notes = ([countdown] if countdown else []) + ([rules.regeneration_note(cleaned.text)] if repeated else [])
+            continue
+        row["latency_s"] = time.perf_counter() - started
+        if empty:
+            row.update(status=STATUS_ERROR, error=f"empty utterance after {regenerations} regeneration(s): {res.content!r:.200}")
+            return row
+        row.update(text=cleaned.text, stop=cleaned.has_stop and rules.honors_stop(role, turn))
+        return row

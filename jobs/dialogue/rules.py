@@ -1,0 +1,121 @@
+"""The rules of a two-agent dialogue, as data: who speaks first, when the stop token counts, the
+hard cap, repeated utterances, a countdown, phases by round.
+
+A method builds one `DialogueRules` per dialogue (SQPsych's rules differ by the client's group,
+Ψ-Arena's by phase) and the engine follows it; nothing here names a method. Turns count
+utterances (turn 1 is the first speaker's first utterance); a round is each agent once, so turn
+`t` belongs to round `(t + 1) // 2`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Phase(_Strict):
+    """A stretch of rounds with an instruction for one agent (e.g. trust-building, rounds 1-8)."""
+
+    name: str = Field(description="Recorded on every turn of the phase.")
+    first_round: int = Field(ge=1, description="First round of the phase (1-based, inclusive).")
+    last_round: int = Field(ge=1, description="Last round of the phase (inclusive).")
+    role: str = Field(description="The agent that receives the instruction.")
+    instruction: str = Field(
+        description="Filled into the agent's `{phase_instruction}` placeholder, or appended to its "
+        "prompt as a note when the template has none."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Phase":
+        if self.last_round < self.first_round:
+            raise ValueError(f"phase {self.name!r}: last_round {self.last_round} < first_round {self.first_round}")
+        return self
+
+
+class Countdown(_Strict):
+    """From `from_turn` on, tell the agents how many turns are left before `end_turn` (the paper's
+    "You should end the conversation in N turns"), so a dialogue ends by itself before the cap."""
+
+    from_turn: int = Field(ge=1, description="First turn whose prompt carries the note.")
+    end_turn: int = Field(ge=1, description="The turn the agents are asked to end at.")
+    note: str = Field(
+        "You should end the conversation in {n} turns.",
+        description="The note; `{n}` is what is left before `end_turn` (0 on it and after).",
+    )
+    counts: Literal["turns", "rounds"] = Field(
+        "turns", description="What `{n}` counts: turns, or rounds (the SQPsych paper's \"turns\" are exchanges)."
+    )
+
+
+class DialogueRules(_Strict):
+    """How one dialogue runs. Every field is data, so a method's config can set it."""
+
+    first_speaker: str = Field(description="Role of the agent that speaks on turn 1.")
+    stop_token: str = Field("[/END]", description="The token an agent ends the dialogue with.")
+    min_turns: int = Field(
+        1, ge=1, description="The stop token is honored from this turn on; before it, it is removed "
+        "from the utterance and the dialogue goes on."
+    )
+    min_turns_by_role: dict[str, int] = Field(
+        default_factory=dict,
+        description="Per-role `min_turns` (e.g. a client may end earlier than the therapist).",
+    )
+    max_turns: int = Field(ge=1, description="Hard cap: the dialogue ends after this turn (`cap`).")
+    final_reply: bool = Field(
+        False, description="After an honored stop token, the other agent answers once more (a "
+        "client acknowledging the session's end) before the dialogue ends."
+    )
+    max_regenerations: int = Field(
+        10, ge=0, description="Times a repeated (or empty) utterance is asked again; a repeat that "
+        "persists is kept (and counted), an utterance still empty fails the turn."
+    )
+    repeat_note: str = Field(
+        "Your utterance should be different from: {utterance}",
+        description="Appended to the prompt of a regeneration; `{utterance}` is the repeated text.",
+    )
+    countdown: Countdown | None = Field(None, description="An optional countdown note.")
+    phases: list[Phase] = Field(default_factory=list, description="Phases by round, if any.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "DialogueRules":
+        for role, n in self.min_turns_by_role.items():
+            if n < 1:
+                raise ValueError(f"min_turns_by_role[{role!r}] = {n}: turns start at 1")
+        if not self.stop_token.strip():
+            raise ValueError("stop_token is empty: set the token the agents end a dialogue with")
+        return self
+
+    def speaker(self, turn: int, roles: tuple[str, str]) -> str:
+        """The role that speaks on `turn`: the first speaker on odd turns, the other on even."""
+        first, second = (roles if roles[0] == self.first_speaker else (roles[1], roles[0]))
+        return first if turn % 2 == 1 else second
+
+    def min_turn(self, role: str) -> int:
+        return self.min_turns_by_role.get(role, self.min_turns)
+
+    def honors_stop(self, role: str, turn: int) -> bool:
+        return turn >= self.min_turn(role)
+
+    @staticmethod
+    def round_of(turn: int) -> int:
+        return (turn + 1) // 2
+
+    def phase(self, turn: int) -> Phase | None:
+        """The phase of `turn`'s round (the first that matches), or None."""
+        r = self.round_of(turn)
+        return next((p for p in self.phases if p.first_round <= r <= p.last_round), None)
+
+    def countdown_note(self, turn: int) -> str | None:
+        c = self.countdown
+        if c is None or turn < c.from_turn:
+            return None
+        left = c.end_turn - turn if c.counts == "turns" else self.round_of(c.end_turn) - self.round_of(turn)
+        return c.note.replace("{n}", str(max(0, left)))
+
+    def regeneration_note(self, utterance: str) -> str:
+        return self.repeat_note.replace("{utterance}", utterance)

@@ -1,0 +1,119 @@
+"""SQPsych synthesis on the shared dialogue engine: no byte of a restricted profile reaches an
+external endpoint (a recording fake proves it: the job refuses before any request, its log stays
+empty), the dialogues it builds (ids, prompts by group, the paper's rules), and a whole run
+in-process (the stage without Ray, `direct_stage`) that writes turns and dialogues and resumes.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from jobs.schemas import DIALOGUES, ENDED_CAP, TURNS
+from jobs.sqpsych.schemas import PROFILES
+from jobs.sqpsych.synthesize import SynthesizeConfig, build_specs, read_profiles, run
+from jobs.store import TableStore
+from serving.configfiles import ConfigError
+from serving.governance import DataGovernanceError
+from tests.fakes.openai_server import FakeServer
+from tests.unit.jobs.sqpsych.judging_helpers import RUN, direct_stage, fake_judges, write_profiles
+
+SECRET = "BDI total: 21"  # in every profile write_profiles writes
+
+
+def _direct(rows, models, stage_cls, stage_kwargs, store, **kw):
+    """`direct_stage` (the stage in-process, no Ray) counting ok rows by their status, as the runner does."""
+    def ok_rows(t):
+        return t.num_rows, sum(s == "ok" for s in t.column("status").to_pylist())
+    return direct_stage(rows, models, stage_cls, stage_kwargs, store, counter=ok_rows, **kw)
+
+
+def _cfg(tmp_path, **kw) -> SynthesizeConfig:
+    return SynthesizeConfig(**RUN, run_dir=str(tmp_path / "run"), **{"models": ["ext"], **kw})
+
+
+@pytest.mark.parametrize("roles", [dict(models=["ext"]), dict(models=["gemma3-270m"], client_model="ext")])
+def test_no_byte_of_a_restricted_profile_reaches_an_external_endpoint(tmp_path, monkeypatch, roles):
+    """As therapist or as client simulator, an external model is refused before any request."""
+    monkeypatch.setattr("jobs.runner.run_model_stage", _direct)  # were it reached, it would send
+    with FakeServer() as recorder:
+        fake_judges(monkeypatch, tmp_path / "conf", recorder.base_url, names=("ext",))
+        cfg = _cfg(tmp_path, **roles)
+        write_profiles(tmp_path / "run", {"c1": "public", "c2": "restricted"})
+        with pytest.raises(DataGovernanceError, match=r"restricted.*'ext'.*external"):
+            run(cfg)
+        assert recorder.log_lines() == [] and recorder.stats()["requests"] == 0
+    assert not (tmp_path / "run" / TURNS.name).exists() and not (tmp_path / "run" / DIALOGUES.name).exists()
+
+
+def test_a_profile_without_a_sensitivity_is_restricted(tmp_path, monkeypatch):
+    with FakeServer() as recorder:
+        fake_judges(monkeypatch, tmp_path / "conf", recorder.base_url, names=("ext",))
+        write_profiles(tmp_path / "run", {"c1": None})
+        with pytest.raises(DataGovernanceError):
+            run(_cfg(tmp_path))
+        assert recorder.stats()["requests"] == 0
+
+
+def test_public_profiles_run_end_to_end_and_resume_without_resending(tmp_path, monkeypatch):
+    """The positive control of the refusal above (the same recorder sees a public profile), and
+    the whole step in-process: turns and dialogues written, a second run sends nothing."""
+    monkeypatch.setattr("jobs.runner.run_model_stage", _direct)
+    with FakeServer() as fake:
+        fake_judges(monkeypatch, tmp_path / "conf", fake.base_url, names=("ext", "sim"))
+        write_profiles(tmp_path / "run", {"c1": "public", "c2": "public"})
+        # The fake echoes the prompt's first 200 characters: every answer of an agent is the same,
+        # so no regeneration (they would all repeat too).
+        cfg = _cfg(tmp_path, client_model="sim", min_turns=3, max_turns=6, max_regenerations=0, flush_every_s=0.05)
+        assert run(cfg) == 0
+        sent = fake.log_lines()
+        assert run(cfg) == 0 and len(fake.log_lines()) == len(sent)  # all ended: nothing re-sent
+    assert len(sent) == 2 * 6 and all(SECRET in r["content"] for r in sent)
+    assert sorted(r["request_key"] for r in sent) == sorted(f"c{i}|ext#{t}" for i in (1, 2) for t in range(1, 7))
+    dialogues = TableStore(tmp_path / "run", DIALOGUES).read()
+    assert sorted(dialogues["dialogue_id"]) == ["c1|ext", "c2|ext"]
+    assert set(dialogues["ended_by"]) == {ENDED_CAP} and set(dialogues["partner_model"]) == {"sim"}
+    assert len(TableStore(tmp_path / "run", TURNS).read()) == 12
+
+
+def test_dialogues_follow_the_paper(tmp_path):
+    write_profiles(tmp_path / "run", {"c1": "restricted"})
+    TableStore(tmp_path / "run", PROFILES, writer=True).append(
+        [{"context_id": "c2", "group": "control", "status": "ok", "sensitivity": "public", "profile": "control one"},
+         {"context_id": "c3", "group": "mdd", "status": "invalid", "error": "HAMD99: unknown item"}])
+    profiles = read_profiles(tmp_path / "run")
+    specs, sens = build_specs(profiles, _cfg(tmp_path, models=["m1", "m2"]))
+    assert [s.dialogue_id for s in specs] == ["c1|m1", "c1|m2", "c2|m1", "c2|m2"]  # the invalid one left out
+    assert sens == ["restricted", "restricted", "public", "public"]
+    mdd, control = specs[0], specs[2]
+    assert mdd.agents[1].model == "m1" and specs[1].agents[1].model == "m2"  # each model plays its client
+    assert "fewer than 32 words" in mdd.agents[1].template and "fewer than 64 words" in control.agents[1].template
+    assert mdd.rules.first_speaker == "therapist" and mdd.rules.stop_token == "[/END]"
+    assert (mdd.rules.min_turn("therapist"), mdd.rules.min_turn("client"), control.rules.min_turn("client")) == (29, 24, 14)
+    assert mdd.rules.max_turns == 66 and mdd.rules.final_reply and mdd.fields["questionnaire"].endswith("(c1)")
+
+
+def test_prompts_are_the_papers_without_chat_template_tokens(shared_data):
+    from serving.configfiles import CONF_DIR
+
+    for ours, theirs in [("therapist", "therapist_qwen-2.5"), ("client_mdd", "client_mdd_qwen-2.5"),
+                         ("client_control", "client_control_qwen-2.5")]:
+        text = (CONF_DIR / "sqpsych" / f"{ours}.txt").read_text(encoding="utf-8")
+        source = (shared_data / "sqpsych" / "prompts" / f"{theirs}.txt").read_text(encoding="utf-8")
+        assert "<|" not in text and "You are Qwen" not in text
+        assert text.count("{questionnaire}") == 1 and text.count("{history}") == 1
+        stripped = re.sub(r"<\|im_start\|>system.*?<\|im_end\|>|<\|im_(start|end)\|>", "", source, flags=re.S)
+        assert text.split() == stripped.split()
+
+
+def test_a_run_without_profiles_says_which_step_writes_them(tmp_path):
+    with pytest.raises(ConfigError, match="cohort step"):
+        read_profiles(tmp_path)
+
+
+def test_the_countdown_and_the_repeat_note_are_the_papers(tmp_path):
+    write_profiles(tmp_path / "run", {"c1": "public"})
+    spec = build_specs(read_profiles(tmp_path / "run"), _cfg(tmp_path))[0][0]
+    assert spec.rules.countdown_note(45) == "You should end the conversation in 7 turns."
+    assert spec.rules.regeneration_note("Client: hi") == "Your utterance should be different from Client: hi"
