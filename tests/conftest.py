@@ -66,6 +66,20 @@ def start_job(module: str, *overrides: str, log_path: Path) -> subprocess.Popen:
 
 
 def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL a job started by `start_job` and every process of its session, as a crash of the
+    machine would: Ray's workers put themselves in process groups of their own (a `killpg` misses
+    them, and an orphaned worker goes on calling the model for a second)."""
+    sid = proc.pid  # start_job starts the job as the leader of a new session
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # field 6 of /proc/PID/stat: the session id
+            try:
+                os.kill(int(stat.parent.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:

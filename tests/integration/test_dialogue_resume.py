@@ -8,12 +8,9 @@ against the loopback fake (0.3 s a call), so a run lasts a few seconds once Ray 
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import sys
 import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -48,24 +45,6 @@ def _job(run_dir: str, base_url: str) -> int:
     return 0 if counts["failed"] == 0 else 1
 
 
-def _kill_session(proc) -> None:
-    """SIGKILL the job and every process of its session: Ray's workers put themselves in process
-    groups of their own (so `kill_group` misses them, and an orphaned worker goes on calling the
-    model for a second); a crash of the machine takes them all at once."""
-    sid = proc.pid  # start_job starts the job as the leader of a new session
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid:  # field 6 of /proc/PID/stat: the session id
-            try:
-                os.kill(int(stat.parent.name), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    kill_group(proc)
-
-
 def _turn_key(request_key: str) -> tuple[str, int]:
     did, _, turn = request_key.rpartition("#")
     return did, int(turn.split("/")[0])
@@ -81,7 +60,7 @@ def test_sigkill_mid_way_then_resume_from_the_last_written_turn(tmp_path):
             if list((run_dir / "turns").glob("part-*.parquet")) and len(pd.read_parquet(run_dir / "turns")) >= 40:
                 break
             time.sleep(0.2)
-        _kill_session(proc)
+        kill_group(proc)
         time.sleep(1.0)  # requests the killed run had on the wire are logged when the fake reads them
         turns = pd.read_parquet(run_dir / "turns")
         assert 40 <= len(turns) < N_DIALOGUES * N_TURNS, (tmp_path / "first.log").read_text()[-3000:]
