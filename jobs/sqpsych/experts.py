@@ -67,6 +67,21 @@ def import_expert_scores(cfg: RatingsImportConfig, run_dir: str | Path) -> Impor
     return report
 
 
+def run(cfg: Any) -> int:
+    """The pipeline's `experts` step: import `cfg.ratings` (an expert scores CSV), if the
+    experiment names one."""
+    ratings = getattr(cfg, "ratings", None)
+    if ratings is None:
+        print("experts: no expert scores to import (ratings=null); the report's correlation section "
+              "will say so", flush=True)
+        return 0
+    if cfg.dry_run:
+        print(f"experts: would import {ratings.path}", flush=True)
+        return 0
+    print(import_expert_scores(ratings, cfg.run_dir).summary(), flush=True)
+    return 0
+
+
 def config_from(args: dict[str, Any]) -> RatingsImportConfig:
     """The preset's fields, then `config=FILE`'s, then KEY=VALUE arguments."""
     base = read_yaml(find_group_file("ratings", args.pop("preset", None) or PRESET))

@@ -89,6 +89,19 @@ def read_profiles(run_dir: Path) -> pd.DataFrame:
     return df[df["status"] == "ok"].sort_values("context_id").reset_index(drop=True)
 
 
+def planned_profiles(cfg: SynthesizeConfig) -> pd.DataFrame:
+    """For a dry run before the cohort step has written anything: the profiles it would write
+    (the cohort is read and rendered in memory; nothing is written)."""
+    from jobs.sqpsych.cohort import load_cohort, profile_rows
+
+    dataset = getattr(cfg, "dataset", None)
+    if dataset is None:
+        raise ConfigError("no profiles and no cohort (dataset) to plan from: run the cohort step first")
+    records, bad = load_cohort(dataset)
+    df = pd.DataFrame(profile_rows(records, [], dataset, "dry-run"))
+    return df.sort_values("context_id").reset_index(drop=True) if not df.empty else df
+
+
 def rules_for(group: str, cfg: SynthesizeConfig) -> DialogueRules:
     client_min = cfg.client_min_turns.get(group)
     return DialogueRules(
@@ -131,7 +144,10 @@ def build_specs(profiles: pd.DataFrame, cfg: SynthesizeConfig) -> tuple[list[Dia
 def run(cfg: SynthesizeConfig) -> int:
     names = list(dict.fromkeys([*cfg.models, *([cfg.client_model] if cfg.client_model else [])]))
     models = {n: load_model(n) for n in names}
-    profiles = read_profiles(Path(cfg.run_dir))
+    if cfg.dry_run and not TableStore(cfg.run_dir, PROFILES).parts():
+        profiles = planned_profiles(cfg)  # the pipeline's plan: the cohort step has not written yet
+    else:
+        profiles = read_profiles(Path(cfg.run_dir))
     if profiles.empty:
         print("synthesize: no usable profile (status ok) in the run; nothing to do", flush=True)
         return 0
