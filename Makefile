@@ -24,6 +24,7 @@ setup: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m jobs.pipeline experiment=mentalbench_demo $(ARGS)
+	$(PY) -m jobs.pipeline experiment=sqpsych_demo $(ARGS)
 
 # The report test renders report.html in headless Chromium (Debian's package; apt needs root).
 CHROMIUM := /usr/bin/chromium
