@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cluster.config import ClusterConfig
 from jobs.import_ratings_config import RatingsImportConfig
@@ -55,6 +55,11 @@ class RunConfig(_Strict):
     verbose: bool = Field(
         False, description="Show Ray's and the engines' logs on the console (else: the run directory)."
     )
+    max_failed_fraction: float = Field(
+        0.0, ge=0.0, le=1.0,
+        description="Exit 1 when more than this fraction of the rows a job sent failed (0: any failure); "
+        "the rows are written either way.",
+    )
 
 
 class ColumnMapping(_Strict):
@@ -76,12 +81,39 @@ class DatasetConfig(_Strict):
     sensitivity: Literal["public", "restricted"] = Field(
         description="`restricted` data is never sent to an external model."
     )
-    limit: int | None = Field(None, ge=1, description="Use only the first N valid rows.")
+    limit: int | None = Field(None, description="Use only the first N valid rows; null: all rows.")
+    encoding: str = Field(
+        "utf-8", description="Text encoding of a CSV, JSONL or JSON file (e.g. cp1252, latin-1); "
+        "bytes it cannot decode make their row a bad row."
+    )
     dedupe_on: Literal["id", "context"] = Field(
         "id", description="Which column must be unique; later duplicates are reported and skipped."
     )
     min_context_words: int = Field(1, ge=0, description="Contexts shorter than this are bad rows.")
     attribution: str | None = Field(None, description="Source and license, shown in reports.")
+
+    @field_validator("limit")
+    @classmethod
+    def _limit_is_a_count(cls, value: int | None) -> int | None:
+        # 0 reads as "no limit" to many users; here it would send nothing, so say what to write.
+        if value is not None and value < 1:
+            raise ValueError(f"{value} rows would read nothing; use null (dataset.limit=null) for all "
+                             "rows, or a number of rows of at least 1")
+        return value
+
+    @field_validator("encoding")
+    @classmethod
+    def _encoding_is_known(cls, value: str) -> str:
+        try:
+            # Not b"": CPython decodes empty bytes without looking the codec up. This also refuses
+            # codecs that are not text encodings (base64, zlib).
+            b"a".decode(value)
+        except UnicodeDecodeError:
+            pass  # a real text encoding (e.g. utf-16) that one byte is too short for
+        except LookupError:
+            raise ValueError(f"unknown text encoding {value!r}; use a Python codec name such as "
+                             "utf-8, cp1252 or latin-1") from None
+        return value
 
     def resolved_path(self) -> Path:
         return data_path(self.path)
@@ -200,23 +232,65 @@ def validate(data: dict[str, Any], model_cls: type[BaseModel], where: str = "con
 def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], int], where: str) -> None:
     """Body of every job's `@hydra.main`: resolve, validate once, run, exit with its code.
 
-    Configuration and data-governance errors are the user's to fix: one line on stderr, exit 2.
+    Configuration and data-governance errors are the user's to fix: one line on stderr, exit 2
+    (a `run_dir` that is a file or cannot be written included, checked before anything runs).
+    An endpoint that does not answer, or rows that could not be written: one line, exit 1.
+    SIGINT/SIGTERM: one line with the rows saved and the command that resumes, exit 130/143.
+    What the console shows also goes to `RUN_DIR/<job>.log`, with the detail kept off it.
     """
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
+    from jobs import joblog
+    from jobs.collect import WriteFailed, raise_on_sigterm
+    from jobs.preflight import PreflightError
+    from jobs.rundir import check_run_dir
     from serving.governance import DataGovernanceError
 
+    run_dir = None
     try:
-        data = with_group_names(OmegaConf.to_container(raw, resolve=True), dict(HydraConfig.get().runtime.choices))
-        data["run_dir"] = str(Path(data["run_dir"]).resolve())
+        hydra_cfg = HydraConfig.get()
+        data = with_group_names(OmegaConf.to_container(raw, resolve=True), dict(hydra_cfg.runtime.choices))
+        run_dir = str(Path(data["run_dir"]).resolve())
+        data["run_dir"] = run_dir
+        check_run_dir(run_dir)
         cfg = validate(data, model_cls, where)
         if not getattr(cfg, "verbose", False):
             # Hydra sets the root logger to INFO: our libraries' and Ray's chatter would land
             # between the progress bars. The job prints what a user needs itself.
             logging.getLogger().setLevel(logging.WARNING)
+        joblog.start(run_dir, hydra_cfg.job.name, verbose=getattr(cfg, "verbose", False))
+        raise_on_sigterm()
         code = run(cfg)
     except (ConfigError, DataGovernanceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         code = 2
+    except (PreflightError, WriteFailed) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt as exc:
+        import signal
+
+        signum = getattr(exc, "signum", signal.SIGINT)
+        saved = getattr(exc, "saved", 0)
+        where_ = f" in {run_dir}" if run_dir else ""
+        print(f"\ninterrupted ({signal.Signals(signum).name}): {saved} row(s) saved{where_} by this run; "
+              f"resume with: {resume_command(run_dir)}", file=sys.stderr, flush=True)
+        code = 128 + signum
+    finally:
+        joblog.stop()
     sys.exit(code)
+
+
+def resume_command(run_dir: str | None) -> str:
+    """The command line that started this job, with its run directory pinned (a default
+    `run_dir` holds the start time: the same command would start a new run, not resume)."""
+    import shlex
+
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    head = ["python", "-m", spec.name] if spec is not None and spec.name else ["python", sys.argv[0]]
+    args = [a for a in sys.argv[1:] if not a.lstrip("+").startswith("run_dir=")]
+    if run_dir:
+        args.append(f"run_dir={run_dir}")
+    return " ".join(shlex.quote(a) for a in [*head, *args])

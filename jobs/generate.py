@@ -6,11 +6,14 @@
 
 The method, as the code runs it:
 1. read the contexts through the dataset's column mapping (bad rows reported, good rows kept);
-2. refuse before any request if restricted data would reach an external model;
+2. refuse before any request if restricted data would reach an external model, or if the run
+   directory was started on another dataset or prompt (`RUN_DIR/run_inputs.json`);
 3. skip (context, model) pairs already in the run directory (resume);
-4. connect to Ray and make sure every named model is hosted (Serve) or reachable (API);
-5. send every remaining pair through the model-call stage on Ray Data, all in flight together
-   up to each model's concurrency limit, writing rows as they finish.
+4. mark a context that cannot fit a model's context window as an error row, unsent;
+5. connect to Ray and make sure every named model is hosted (Serve) or reachable (API);
+6. send every remaining pair through the model-call stage on Ray Data, all in flight together
+   up to each model's concurrency limit, writing rows as they finish;
+7. end with the failure reasons and their counts; exit 1 when failures pass `max_failed_fraction`.
 The contexts it used are written to `RUN_DIR/contexts/`, so later jobs and the analysis read
 the run directory alone, never the source dataset again.
 """
@@ -29,6 +32,8 @@ from omegaconf import DictConfig
 
 from jobs.config import GenerateConfig, run_entrypoint
 from jobs.inputs import read_contexts
+from jobs.preflight import FailureSummary, context_window, summarize, too_long
+from jobs.rundir import check_writable, file_fingerprint, record_inputs
 from jobs.runner import plan_text, run_model_stage
 from jobs.schemas import CONTEXTS, HUMAN_RESPONDER, RESPONSES, STATUS_ERROR, STATUS_OK
 from jobs.stage import ChatStage
@@ -144,16 +149,52 @@ def write_human_rows(store: TableStore, contexts: pd.DataFrame, done: set, cfg: 
     return len(rows)
 
 
+def split_too_long(todo: pd.DataFrame, models: list, cfg: GenerateConfig,
+                   run_id: str) -> tuple[pd.DataFrame, list[dict[str, Any]], list[str]]:
+    """Rows whose prompt cannot fit the model's context window (estimated at `CHARS_PER_TOKEN`
+    characters per token, plus the answer's `max_tokens`) become error rows before any call."""
+    system, template = cfg.prompt.system_text() or "", cfg.prompt.user_text()
+    by_name = {m.name: m for m in models}
+    keep, rows, warned = [], [], {}
+    now = datetime.now(timezone.utc)
+    for i, (cid, ctx, name) in enumerate(zip(todo["context_id"], todo["context"], todo["model"])):
+        model = by_name[name]
+        params = model.params(cfg.generation)
+        reason = too_long(len(system) + len(render_user(template, ctx)), params.max_tokens, context_window(model))
+        if reason is None:
+            keep.append(i)
+            continue
+        warned[name] = warned.get(name, 0) + 1
+        rows.append({"context_id": cid, "model": name, "model_display": model.display_name,
+                     "dataset": cfg.dataset.name, "prompt_version": cfg.prompt.version, "status": STATUS_ERROR,
+                     "error": reason, "attempts": 0, "temperature": params.temperature, "top_p": params.top_p,
+                     "max_tokens": params.max_tokens, "seed": params.seed, "run_id": run_id, "created_at": now})
+    warnings = [f"warning: {n} context(s) too long for {name} (context window {context_window(by_name[name]):,} "
+                f"tokens, estimated at 4 characters per token): written as error rows, not sent"
+                for name, n in warned.items()]
+    return todo.iloc[keep].reset_index(drop=True), rows, warnings
+
+
 def run(cfg: GenerateConfig) -> int:
     models = [load_model(name) for name in cfg.models]
     contexts, report = read_contexts(cfg.dataset)
     run_dir = Path(cfg.run_dir)
+    # What decides the rows: refused before anything is written when the run started on others.
+    grew = record_inputs(run_dir, "generate", decides={
+        "dataset": cfg.dataset.name, "dataset_file": file_fingerprint(cfg.dataset.resolved_path()),
+        "dataset_columns": cfg.dataset.columns.model_dump(), "prompt_version": cfg.prompt.version,
+    }, may_grow={"models": list(cfg.models), "dataset.limit": cfg.dataset.limit,
+                 "include_human": cfg.include_human, "dataset_path": str(cfg.dataset.resolved_path())},
+        write=not cfg.dry_run)
     report.write(run_dir / "input_report.json")
     print(report.summary(), flush=True)
+    for line in grew:
+        print(f"run: {line}", flush=True)
     if contexts.empty:
         print(f"error: no usable rows in {report.file}; nothing to do", file=sys.stderr)
         return 2
     check_all(models, cfg.dataset.sensitivity, cfg.dataset.name)
+    check_writable([run_dir / RESPONSES.name, run_dir / CONTEXTS.name])
 
     store = TableStore(run_dir, RESPONSES, writer=True)
     if not cfg.dry_run:
@@ -173,21 +214,31 @@ def run(cfg: GenerateConfig) -> int:
     total = len(contexts) * len(models)
     print(f"generate: {total} (context, model) pairs, {total - len(todo)} already written, "
           f"{len(todo)} to send", flush=True)
+    todo, too_long_rows, warnings = split_too_long(todo, models, cfg, run_dir.name)
+    for line in warnings:
+        print(line, file=sys.stderr, flush=True)
     if cfg.dry_run:
         print(plan_text(models, todo, cfg.generation), flush=True)
         return 0
-    if todo.empty:
+    failures = FailureSummary()
+    for r in too_long_rows:
+        failures.add(STATUS_ERROR, r["error"])
+    store.append(too_long_rows)
+    if todo.empty and not too_long_rows:
         return 0
 
-    counts = run_model_stage(
-        todo, models, GenerateStage,
-        dict(system=cfg.prompt.system_text(), user_template=cfg.prompt.user_text(),
-             prompt_version=cfg.prompt.version, generation_overrides=cfg.generation.as_dict(),
-             dataset=cfg.dataset.name, run_id=run_dir.name),
-        store, sensitivity=cfg.dataset.sensitivity, run=cfg, desc="generate",
-    )
-    print(f"generate: {counts['ok']} ok, {counts['failed']} failed; responses in {store.dir}", flush=True)
-    return 0
+    counts = {"ok": 0, "failed": 0}
+    if not todo.empty:
+        counts = run_model_stage(
+            todo, models, GenerateStage,
+            dict(system=cfg.prompt.system_text(), user_template=cfg.prompt.user_text(),
+                 prompt_version=cfg.prompt.version, generation_overrides=cfg.generation.as_dict(),
+                 dataset=cfg.dataset.name, run_id=run_dir.name),
+            store, sensitivity=cfg.dataset.sensitivity, run=cfg, desc="generate",
+        )
+        failures.update(counts.failures)
+    return summarize("generate", counts["ok"], counts["failed"] + len(too_long_rows), failures,
+                     cfg.max_failed_fraction, "responses", store.dir)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="generate")

@@ -32,6 +32,8 @@ import pyarrow as pa
 from omegaconf import DictConfig
 
 from jobs.config import JudgeConfig, run_entrypoint
+from jobs.preflight import Counted, FailureSummary, summarize
+from jobs.rundir import check_writable, record_inputs
 from jobs.rubric import Rubric, load_rubric, parse_answer, repair_prompt
 from jobs.schemas import (
     CONTEXTS, HUMAN_RESPONDER, JUDGE_TYPE_LLM, RESPONSES, SCORES, SCORES_CALL_KEY, STATUS_ERROR,
@@ -126,14 +128,19 @@ class JudgeStage(ChatStage):
 
 
 def call_counter(rubric: Rubric):
-    """Progress of a judge stage: calls done, and calls whose every required item is ok."""
+    """Progress of a judge stage: calls done, calls whose every required item is ok, and the
+    reason of each other call (its first required item that is not ok)."""
     required = set(rubric.required_items)
 
-    def count(batch: pa.Table) -> tuple[int, int]:
-        df = batch.select([*SCORES_CALL_KEY, "item", "status"]).to_pandas()
+    def count(batch: pa.Table) -> Counted:
+        df = batch.select([*SCORES_CALL_KEY, "item", "status", "error"]).to_pandas()
         df = df[df["item"].isin(required)]
         ok = df["status"].eq(STATUS_OK).groupby([df[c] for c in SCORES_CALL_KEY]).all()
-        return len(ok), int(ok.sum())
+        failures = FailureSummary()
+        bad = df[df["status"] != STATUS_OK].drop_duplicates(list(SCORES_CALL_KEY))
+        for status, error in zip(bad["status"], bad["error"]):
+            failures.add(status, error)
+        return Counted(len(ok), int(ok.sum()), failures)
 
     return count
 
@@ -216,6 +223,13 @@ def run(cfg: JudgeConfig) -> int:
         raise ConfigError(f"no responses in {run_dir / RESPONSES.name}: run jobs.generate on this run_dir first")
     contexts, sensitivity = run_contexts(run_dir)
     check_all(judges, sensitivity, f"the contexts of {run_dir}")
+    # A rubric's version decides what its scores mean: another version of the same rubric on
+    # this run is refused; another rubric, or more judges, add rows.
+    for line in record_inputs(run_dir, "judge", decides={f"rubric {rubric.name}": rubric.version},
+                              may_grow={"judges": list(cfg.judges), "responders": cfg.responders},
+                              write=not cfg.dry_run):
+        print(f"run: {line}", flush=True)
+    check_writable([run_dir / SCORES.name])
 
     store = TableStore(run_dir, SCORES, writer=True)
     planned, missing_ctx = plan_judgments(responses, contexts, cfg.judges, cfg.responders)
@@ -244,8 +258,8 @@ def run(cfg: JudgeConfig) -> int:
              max_repairs=cfg.max_repairs, run_id=run_dir.name),
         store, sensitivity=sensitivity, run=cfg, desc="judge", counter=call_counter(rubric),
     )
-    print(f"judge: {counts['ok']} ok, {counts['failed']} failed or unparsed; scores in {store.dir}", flush=True)
-    return 0
+    return summarize("judge", counts["ok"], counts["failed"], counts.failures, cfg.max_failed_fraction,
+                     "scores", store.dir)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="judge")

@@ -1,22 +1,24 @@
 """Run a `ChatStage` over rows with Ray Data and stream its output into a `TableStore`.
 
-The driver consumes the dataset as a stream and writes a part file every few seconds, so a
-killed run keeps everything but the rows in flight, and a progress bar shows ok/error counts.
+Workers hand every finished row to the driver as it finishes (`jobs.collect`), and the driver
+writes a part file every few seconds, so a killed run keeps everything but the calls in flight,
+an interrupted one (Ctrl-C, SIGTERM) everything answered, and a progress bar shows ok/error
+counts as rows finish.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import time
 from typing import Any, Callable
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401 - registers pa.compute
 from tqdm import tqdm
 
+from jobs.collect import Collector, Interrupted, RowSink, interrupt_signals, raise_on_sigterm
+from jobs.preflight import Counted, FailureSummary
 from jobs.schemas import STATUS_OK
+from jobs.stage import with_sink
 from jobs.store import TableStore
 
 
@@ -59,9 +61,10 @@ def run_model_stage(
     run: Any,
     desc: str,
     counter: Callable[[pa.Table], tuple[int, int]] | None = None,
-) -> dict[str, int]:
-    """What every model-calling job does: connect to Ray, host `models` (or reach them), and run
-    `stage_cls` over `rows` with each model's concurrency limit split across the workers.
+) -> StageResult:
+    """What every model-calling job does: check keys, connect to Ray, host `models` (or reach
+    them), check that every endpoint answers, and run `stage_cls` over `rows` with each model's
+    concurrency limit split across the workers.
 
     `run` is the job's `RunConfig` (cluster, serving, rows per task, flush interval, verbosity);
     Ray's logs go to the run directory unless `run.verbose`.
@@ -69,10 +72,19 @@ def run_model_stage(
     from pathlib import Path
 
     from cluster.connect import connect
+    from jobs.joblog import follow_ray
+    from jobs.preflight import check_endpoints, check_keys
     from jobs.stage import endpoints_to_spec
+    from serving.client import Endpoint
     from serving.deploy import ensure
 
+    # Before Ray starts: a missing key (exit 2) or an API that does not answer (exit 1) stops
+    # the run in seconds. Our own Serve endpoints: `ensure` waits until they answer.
+    check_keys(models)
+    check_endpoints({m.name: Endpoint(m, m.base_url) for m in models if m.provider != "serve"})
     print(connect(run.cluster, verbose=run.verbose, log_dir=Path(run.run_dir)), flush=True)
+    raise_on_sigterm()  # ray.init replaced ours: a SIGTERM while Serve starts must not lose the line
+    follow_ray()
     endpoints = ensure(models, run.serving, verbose=run.verbose)
     for name, ep in endpoints.items():
         print(f"  {name}: {ep.base_url}", flush=True)
@@ -85,6 +97,15 @@ def run_model_stage(
         rows_in_flight=sum(m.concurrency for m in models), rows_per_task=run.rows_per_task,
         flush_every_s=run.flush_every_s, desc=desc, counter=counter,
     )
+
+
+class StageResult(dict):
+    """`{"ok": n, "failed": n}` (as before) plus the failure reasons and the rows written."""
+
+    def __init__(self, ok: int = 0, failed: int = 0, failures: FailureSummary | None = None, saved: int = 0):
+        super().__init__(ok=ok, failed=failed)
+        self.failures = failures or FailureSummary()
+        self.saved = saved
 
 
 def run_stage(
@@ -100,28 +121,33 @@ def run_stage(
     flush_every_s: float,
     desc: str,
     counter: Callable[[pa.Table], tuple[int, int]] | None = None,
-) -> dict[str, int]:
-    """Send `rows` through `stage_cls` on Ray Data; append results to `store`. Returns counts.
+) -> StageResult:
+    """Send `rows` through `stage_cls` on Ray Data; every finished row reaches `store` within
+    `flush_every_s` of finishing (through a `RowSink`, not its block). Returns counts.
 
-    `counter(batch) -> (input rows done, of which ok)` counts what the progress bar shows when
-    one input row writes several output rows (a judge call: one row per item); default: one
-    output row per input row, ok when its status is."""
+    `counter(rows) -> (input rows done, of which ok)` counts the output of one input row: several
+    output rows for a judge call (one per item); default: one output row per input row, ok when
+    its status is. A `Counted` result also carries the failure reasons.
+
+    SIGINT/SIGTERM raise `Interrupted` (with the rows saved) once the finished rows are written;
+    rows that cannot be written raise `WriteFailed` once they are rescued elsewhere."""
+    import ray
     import ray.data
 
-    counts = {"ok": 0, "failed": 0}
     if rows.empty:
-        return counts
+        return StageResult()
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False  # ours below counts rows and failures, not blocks
     ctx.verbose_stats_logs = False
+    sink = ray.remote(num_cpus=0)(RowSink).remote()
     chunks = [rows.iloc[i : i + rows_per_task] for i in range(0, len(rows), rows_per_task)]
     # Each worker must hold enough batches to keep `rows_in_flight` calls open with spare rows
     # queued behind them; Ray Data submits up to 2 x max_concurrency tasks per actor.
     per_worker_rows = math.ceil(rows_in_flight / workers)
     max_concurrency = max(2, math.ceil(2 * per_worker_rows / rows_per_task))
     ds = ray.data.from_pandas(chunks).map_batches(
-        stage_cls,
-        fn_constructor_kwargs=stage_kwargs,
+        with_sink(stage_cls),
+        fn_constructor_kwargs={**stage_kwargs, "sink": sink},
         batch_size=None,
         batch_format="pandas",
         compute=ray.data.ActorPoolStrategy(
@@ -131,38 +157,43 @@ def run_stage(
         ),
         num_cpus=worker_num_cpus,
     )
-    pending: list[pa.Table] = []
-    last_flush = time.monotonic()
-
-    def flush() -> None:
-        nonlocal pending, last_flush
-        if pending:
-            store.append(pa.concat_tables(pending))
-            pending = []
-        last_flush = time.monotonic()
-
-    with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar, \
-            _flushing(flush):
-        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-            pending.append(batch)
-            n, ok = counter(batch) if counter else _count_rows(batch)
-            counts["ok"] += ok
-            counts["failed"] += n - ok
-            bar.update(n)
-            bar.set_postfix(ok=counts["ok"], failed=counts["failed"], refresh=False)
-            if time.monotonic() - last_flush >= flush_every_s:
-                flush()
-    return counts
+    with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar:
+        collector = Collector(store, sink, flush_every_s=flush_every_s, bar=bar, counter=_with_reasons(counter))
+        with interrupt_signals():
+            collector.start()
+            try:
+                # The blocks carry no rows (they went to the sink): iterating drives the run.
+                for _ in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+                    pass
+            except BaseException as exc:  # Ctrl-C, SIGTERM, a dead worker: save what finished
+                bar.clear()
+                try:
+                    collector.finish()
+                finally:
+                    if isinstance(exc, Interrupted):
+                        exc.saved = collector.saved
+                raise
+            collector.finish()
+    return StageResult(collector.counts["ok"], collector.counts["failed"], collector.failures, collector.saved)
 
 
-def _count_rows(batch: pa.Table) -> tuple[int, int]:
-    return batch.num_rows, pa.compute.sum(pa.compute.equal(batch.column("status"), STATUS_OK)).as_py() or 0
+def _with_reasons(counter: Callable | None) -> Callable[[pa.Table], Counted]:
+    """A counter that returns a plain (done, ok) pair gets the reasons `count_rows` finds."""
+    if counter is None:
+        return count_rows
+
+    def count(batch: pa.Table) -> Counted:
+        out = counter(batch)
+        return out if isinstance(out, Counted) else Counted(*out, count_rows(batch).failures)
+
+    return count
 
 
-@contextlib.contextmanager
-def _flushing(flush):
-    """Write the finished rows on the way out, also when the stream fails (Ctrl-C, a dead worker)."""
-    try:
-        yield
-    finally:
-        flush()
+def count_rows(batch: pa.Table) -> Counted:
+    """One output row per input row: ok when its status is; the others' reasons."""
+    status = batch.column("status").to_pylist()
+    failed = [(s, e) for s, e in zip(status, batch.column("error").to_pylist()) if s != STATUS_OK]
+    failures = FailureSummary()
+    for s, e in failed:
+        failures.add(s, e)
+    return Counted(len(status), len(status) - len(failed), failures)

@@ -7,6 +7,11 @@ the batch boundary, decides how many calls are open. A row is one call in `jobs.
 one call with a bounded repair conversation in `jobs.judge`; a multi-turn job loops inside
 `process_row` (one row = one conversation), so thousands of conversations are in flight together
 through the same client. A row may produce several output rows (a judge call: one per item).
+
+When the driver gives the stage a `sink` (`jobs.collect.RowSink`), each row's output rows go
+there the moment the row is done, and the block handed back to Ray Data is empty: a finished
+row then reaches the store without waiting for the rest of its block (an interrupted run keeps
+it). Without a sink (a stage called directly, as in unit tests) the block carries the rows.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class ChatStage:
     """
 
     table: Table
+    sink: Any = None  # a RowSink actor handle, set by `with_sink`
 
     def __init__(self, endpoints: dict[str, dict[str, Any]], concurrency_share: float, sensitivity: str):
         self.client = ChatClient(endpoints_from_spec(endpoints), concurrency_share=concurrency_share)
@@ -65,9 +71,14 @@ class ChatStage:
             return self.failed_rows(row, f"{type(exc).__name__}: {exc}")
         return out if isinstance(out, list) else [out]
 
-    async def __call__(self, batch: pd.DataFrame) -> pa.Table:
-        rows = batch.to_dict("records")
-        out = [r for rs in await asyncio.gather(*(self._guarded(r) for r in rows)) for r in rs]
+    async def _streamed(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        out = await self._guarded(row)
+        if self.sink is not None:
+            # Awaited: when the block ends, every row of it is in the sink.
+            await self.sink.put.remote(self._arrow(out))
+        return out
+
+    def _arrow(self, out: list[dict[str, Any]]) -> pa.Table:
         df = pd.DataFrame(out)
         for c in self.table.columns:
             if c not in df.columns:
@@ -75,3 +86,21 @@ class ChatStage:
         # Cast here so every block has the table's schema (an all-null column would otherwise
         # be typed `null` in one block and `string` in the next).
         return pa.Table.from_pandas(df[self.table.columns], schema=self.table.schema, preserve_index=False)
+
+    async def __call__(self, batch: pd.DataFrame) -> pa.Table:
+        rows = batch.to_dict("records")
+        out = [r for rs in await asyncio.gather(*(self._streamed(r) for r in rows)) for r in rs]
+        return self.table.schema.empty_table() if self.sink is not None else self._arrow(out)
+
+
+def with_sink(stage_cls: type) -> type:
+    """`stage_cls` taking one more constructor argument, `sink`: every subclass keeps its own
+    constructor, and the driver adds the sink without each of them naming it."""
+
+    class Streaming(stage_cls):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, sink: Any = None, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.sink = sink
+
+    Streaming.__name__ = Streaming.__qualname__ = stage_cls.__name__  # the name Ray Data shows
+    return Streaming

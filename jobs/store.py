@@ -4,25 +4,54 @@ A table is a folder of part files (`RUN_DIR/<table>/part-*.parquet`), readable a
 pandas, pyarrow or Ray Data. Each part is written to a temporary name and renamed into place, so
 a reader never sees half a file even after SIGKILL, and the keys already written are the keys
 to skip on resume.
+
+A part that cannot be read (a half-written file from a crashed disk, a copy gone wrong) is named
+with what to do: a reader raises `CorruptPartError`; a writer (a job resuming) moves it aside to
+`RUN_DIR/corrupt/<table>/` (outside the table's folder, which readers take as one dataset) and
+says so, so its rows are sent again. Rows that cannot be written
+(a full disk, a folder made read-only mid-run) are never dropped: `rescue` writes them elsewhere.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
+import tempfile
+import time
 import uuid
 from pathlib import Path
+
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - registers pa.compute
 import pyarrow.parquet as pq
 
 from jobs.schemas import Table
+from serving.configfiles import ConfigError
+
+log = logging.getLogger(__name__)
+
+CORRUPT_DIR = "corrupt"  # RUN_DIR/corrupt/<table>/: unreadable parts moved aside
+
+
+class CorruptPartError(ConfigError):
+    """A part file that pyarrow cannot read: names the file and how to go on without it."""
+
+
+def _corrupt(part: Path, exc: Exception) -> CorruptPartError:
+    aside = part.parent.parent / CORRUPT_DIR / part.parent.name
+    return CorruptPartError(
+        f"{part} is not a readable Parquet file ({type(exc).__name__}: {str(exc)[:200]}): move it aside "
+        f"(mkdir -p {aside} && mv {part} {aside}/) and re-run the job that writes {part.parent.name} on "
+        "this run_dir: its rows are sent again (a resuming job does this move itself)")
 
 
 class TableStore:
     def __init__(self, run_dir: str | Path, table: Table, writer: bool = False):
         self.table = table
         self.dir = Path(run_dir) / table.name
+        self.writer = writer
         self._seq = 0
         if writer:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -33,12 +62,38 @@ class TableStore:
     def parts(self) -> list[Path]:
         return sorted(self.dir.glob("part-*.parquet"))
 
+    def quarantine(self, part: Path, exc: Exception) -> Path:
+        """Move an unreadable part to `RUN_DIR/corrupt/<table>/`, saying so: its rows will be sent again."""
+        aside = self.dir.parent / CORRUPT_DIR / self.table.name
+        aside.mkdir(parents=True, exist_ok=True)
+        dest = aside / part.name
+        os.replace(part, dest)
+        msg = (f"warning: {part} could not be read ({type(exc).__name__}: {str(exc)[:160]}); moved it to "
+               f"{dest}: its rows will be sent again")
+        print(msg, file=sys.stderr, flush=True)
+        log.warning(msg)
+        return dest
+
+    def _read_part(self, part: Path, **kwargs) -> pa.Table | None:
+        """One part; an unreadable one is moved aside by a writer (None) or named to a reader."""
+        try:
+            return pq.read_table(part, **kwargs)
+        except (pa.ArrowException, OSError) as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise
+            if self.writer:
+                self.quarantine(part, exc)
+                return None
+            raise _corrupt(part, exc) from exc
+
     def existing_keys(self, columns: tuple[str, ...] | None = None) -> set[tuple[str, ...]]:
         """The keys written so far, or their projection on `columns` (e.g. a judge call's key)."""
         columns = columns or self.table.key
         keys: set[tuple[str, ...]] = set()
         for part in self.parts():
-            t = pq.read_table(part, columns=list(columns))
+            t = self._read_part(part, columns=list(columns))
+            if t is None:
+                continue
             keys.update(zip(*(t.column(k).to_pylist() for k in columns)))
         return keys
 
@@ -49,7 +104,9 @@ class TableStore:
             return 0
         dropped = 0
         for part in self.parts():
-            t = pq.read_table(part, schema=self.table.schema)
+            t = self._read_part(part, schema=self.table.schema)
+            if t is None:
+                continue
             hit = pa.array([k in keys for k in zip(*(t.column(c).to_pylist() for c in columns))], pa.bool_())
             n_hit = pa.compute.sum(hit).as_py() or 0
             if not n_hit:
@@ -72,7 +129,9 @@ class TableStore:
         """
         dropped = 0
         for part in self.parts():
-            t = pq.read_table(part, schema=self.table.schema)
+            t = self._read_part(part, schema=self.table.schema)
+            if t is None:
+                continue
             ok = pa.compute.equal(t.column("status"), "ok")
             if keys is not None:
                 cols = [t.column(k).to_pylist() for k in self.table.key]
@@ -120,9 +179,29 @@ class TableStore:
         parts = self.parts()
         if not parts:
             return schema.empty_table().to_pandas()
-        df = pa.concat_tables(pq.read_table(p, schema=schema, columns=schema.names) for p in parts).to_pandas()
+        tables = [t for p in parts if (t := self._read_part(p, schema=schema, columns=schema.names)) is not None]
+        if not tables:
+            return schema.empty_table().to_pandas()
+        df = pa.concat_tables(tables).to_pandas()
         # One row per key: a part rewritten by `drop_failed` may briefly coexist with its original.
         return df.drop_duplicates(subset=list(self.table.key), keep="last").reset_index(drop=True)
+
+
+def rescue(run_dir: str | Path, table: Table, rows: pa.Table) -> Path:
+    """Write rows that could not reach `RUN_DIR/<table>/` to the first place that takes them:
+    beside the run directory, else the system's temp folder. Returns the file; moving it into
+    the table's folder (it is named as a part) puts its rows back in the run."""
+    run_dir = Path(run_dir)
+    name = f"part-rescued-{table.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}.parquet"
+    errors = []
+    for folder in (run_dir.parent / f"{run_dir.name}-rescued", Path(tempfile.gettempdir())):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            pq.write_table(rows, folder / name)
+            return folder / name
+        except OSError as exc:
+            errors.append(f"{folder}: {exc}")
+    raise OSError(f"{rows.num_rows} rows of {table.name} could not be written anywhere: " + "; ".join(errors))
 
 
 def read_table(run_dir: str | Path, table: Table) -> pd.DataFrame:

@@ -235,3 +235,42 @@ def test_read_some_columns_keeps_the_key_and_one_row_per_key(tmp_path):
     assert list(df.columns) == ["context_id", "model", "status"]
     assert df.to_dict("records") == [{"context_id": "1", "model": "a", "status": "ok"}]
     assert list(TableStore(tmp_path / "none", RESPONSES).read(columns=["status"]).columns) == ["context_id", "model", "status"]
+
+
+def _half_written(part) -> None:
+    part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
+
+
+def test_a_corrupt_part_is_named_to_a_reader_with_what_to_do(tmp_path):
+    """A half-written part crashed the report and the resume with a pyarrow traceback."""
+    store = TableStore(tmp_path, RESPONSES, writer=True)
+    store.append([row("1")])
+    bad = store.append([row("2")])
+    _half_written(bad)
+    with pytest.raises(jobs.store.CorruptPartError) as exc:
+        read_table(tmp_path, RESPONSES)
+    msg = str(exc.value)
+    assert str(bad) in msg and "not a readable Parquet file" in msg
+    assert f"mv {bad} {tmp_path / 'corrupt' / 'responses'}/" in msg and "rows are sent again" in msg
+    assert bad.is_file()  # a reader moves nothing
+
+
+def test_a_resuming_writer_moves_a_corrupt_part_aside_and_goes_on(tmp_path, capsys):
+    store = TableStore(tmp_path, RESPONSES, writer=True)
+    store.append([row("1")])
+    bad = store.append([row("2"), row("3")])
+    _half_written(bad)
+    resumed = TableStore(tmp_path, RESPONSES, writer=True)
+    assert resumed.existing_keys() == {("1", "m1")}  # 2 and 3 will be sent again
+    aside = tmp_path / "corrupt" / "responses" / bad.name
+    assert aside.is_file() and not bad.exists()
+    assert f"moved it to {aside}" in capsys.readouterr().err
+    assert list(read_table(tmp_path, RESPONSES)["context_id"]) == ["1"]
+    assert len(pd.read_parquet(tmp_path / "responses")) == 1  # the folder reads as one dataset again
+
+
+def test_rows_that_cannot_be_written_are_rescued_beside_the_run(tmp_path):
+    table = TableStore(tmp_path / "run", RESPONSES).to_arrow([row("1"), row("2")])
+    path = jobs.store.rescue(tmp_path / "run", RESPONSES, table)
+    assert path.parent == tmp_path / "run-rescued" and path.name.startswith("part-rescued-responses-")
+    assert pq.read_table(path).num_rows == 2

@@ -1,0 +1,209 @@
+"""Finished rows from the workers to the store as they finish, and an interrupt that keeps them.
+
+Ray Data hands a block back only when its last row is done, so rows answered early in a block
+would wait for its slowest row, and an interrupted run would throw them away with the block.
+Instead each worker puts every finished row (all output rows of one input row together) into a
+`RowSink` actor the moment it is done; the driver's `Collector` takes them every half second,
+counts them for the progress bar and the failure summary, and writes a part every
+`flush_every_s`. On Ctrl-C or SIGTERM (Ray's job stop, a pod's shutdown) the driver takes what
+the sink holds, writes it, and stops: only calls still unanswered are sent again on resume.
+
+A part that cannot be written keeps its rows in memory and is tried again at the next flush; at
+the end, rows that still could not be written go to `jobs.store.rescue`, never dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from jobs.preflight import FailureSummary
+from jobs.schemas import STATUS_OK
+from jobs.store import TableStore, rescue
+
+__all__ = ["Collector", "Interrupted", "RowSink", "WriteFailed", "interrupt_signals", "raise_on_sigterm"]
+
+rows_log = logging.getLogger("jobs.rows")  # per-row errors: the job's log file, not the console
+
+
+class RowSink:
+    """A Ray actor (wrapped with `ray.remote` by the driver): finished rows wait here until the
+    driver takes them. No CPU: it only holds references."""
+
+    def __init__(self) -> None:
+        self._tables: list[pa.Table] = []
+
+    def put(self, table: pa.Table) -> None:
+        self._tables.append(table)
+
+    def take(self) -> list[pa.Table]:
+        out, self._tables = self._tables, []
+        return out
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM reached the driver; `saved` rows of this run are in the store."""
+
+    def __init__(self, signum: int, saved: int = 0):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.saved = saved
+
+
+class WriteFailed(RuntimeError):
+    """Rows could not be written to the run directory; they were rescued to `path`."""
+
+
+def _raise_interrupted(signum, _frame):
+    raise Interrupted(signum)
+
+
+def raise_on_sigterm() -> None:
+    """SIGTERM (Ray's job stop, a pod's shutdown) stops the driver as Ctrl-C does: `ray.init`
+    installs its own handler (exit at once), so a job calls this again after connecting."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_interrupted)
+
+
+@contextlib.contextmanager
+def interrupt_signals():
+    """SIGINT and SIGTERM raise `Interrupted` in the driver, once: a second signal while the
+    finished rows are being written only says so (a second Ctrl-C must not lose them)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum, _frame):
+        if fired:
+            print(f"\n{signal.Signals(signum).name} again: still writing the finished rows", flush=True)
+            return
+        fired.append(signum)
+        raise Interrupted(signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+class Collector:
+    """Driver side of the sink: take rows, count them, write them, never drop them."""
+
+    def __init__(self, store: TableStore, sink: Any, *, flush_every_s: float, bar: Any,
+                 counter: Callable[[pa.Table], Any]):
+        self.store = store
+        self.sink = sink
+        self.flush_every_s = flush_every_s
+        self.bar = bar
+        self.counter = counter
+        self.counts = {"ok": 0, "failed": 0}
+        self.failures = FailureSummary()
+        self.saved = 0
+        self.write_error: Exception | None = None
+        self._pending: list[pa.Table] = []
+        self._lock = threading.Lock()
+        self._last_flush = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def take(self, timeout: float = 30.0) -> int:
+        """Move what the sink holds into the pending rows; returns the input rows taken."""
+        import ray
+
+        return self.add(ray.get(self.sink.take.remote(), timeout=timeout))
+
+    def add(self, tables: list[pa.Table]) -> int:
+        """Count finished rows (one table per input row) and keep them for the next flush."""
+        tables = [t for t in tables if t.num_rows]
+        n_rows = 0
+        for t in tables:
+            counted = self.counter(t)  # a `Counted`: (done, ok) and the failure reasons
+            n, ok = counted
+            n_rows += n
+            self.counts["ok"] += ok
+            self.counts["failed"] += n - ok
+            self.failures.update(counted.failures)
+            _log_failures(t, self.store.table.key)
+        if tables:
+            with self._lock:
+                self._pending.extend(tables)
+            self.bar.update(n_rows)
+            self.bar.set_postfix(ok=self.counts["ok"], failed=self.counts["failed"], refresh=False)
+        return n_rows
+
+    def flush(self) -> None:
+        """Write the pending rows as one part; on failure keep them for the next try."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+            self._last_flush = time.monotonic()
+            if not pending:
+                return
+            rows = pa.concat_tables(pending)
+            try:
+                self.store.append(rows)
+            except OSError as exc:
+                self._pending = pending + self._pending
+                if self.write_error is None:
+                    rows_log.warning("could not write %d rows to %s (%s): kept in memory, tried again",
+                                     rows.num_rows, self.store.dir, exc)
+                self.write_error = exc
+                return
+            self.saved += rows.num_rows
+            self.write_error = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                self.take()
+                if time.monotonic() - self._last_flush >= self.flush_every_s:
+                    self.flush()
+            except Exception:  # noqa: BLE001 - the main thread's final take/flush reports it
+                rows_log.exception("collecting finished rows failed; retrying")
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="row-collector", daemon=True)
+        self._thread.start()
+
+    def finish(self, retries: int = 3) -> None:
+        """Stop the loop, take the last rows, write them; rescue what cannot be written."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        with contextlib.suppress(Exception):  # Ray gone (a dead cluster): keep what we hold
+            self.take()
+        for attempt in range(retries):
+            self.flush()
+            if not self._pending:
+                return
+            time.sleep(0.5 * 2 ** attempt)
+        with self._lock:
+            rows = pa.concat_tables(self._pending)
+            self._pending = []
+        path = rescue(Path(self.store.dir).parent, self.store.table, rows)
+        raise WriteFailed(
+            f"{rows.num_rows} finished row(s) could not be written to {self.store.dir} ({self.write_error}); "
+            f"they are saved in {path}: fix the folder, then move that file into {self.store.dir}/ "
+            "to keep them (re-running the command would send them again)")
+
+
+def _log_failures(t: pa.Table, key: tuple[str, ...]) -> None:
+    if not rows_log.isEnabledFor(logging.INFO):
+        return
+    status = t.column("status").to_pylist()
+    if all(s == STATUS_OK for s in status):
+        return
+    cols = {k: t.column(k).to_pylist() for k in key if k in t.column_names}
+    errors = t.column("error").to_pylist()
+    for i, s in enumerate(status):
+        if s != STATUS_OK:
+            rows_log.info("row %s: %s: %s", "|".join(str(cols[k][i]) for k in cols), s, errors[i])

@@ -1,0 +1,87 @@
+"""`jobs.collect`: finished rows are never dropped, and SIGINT/SIGTERM stop the driver once
+(issue 10, items 2 and 4). The end-to-end interrupt is tests/integration/test_reliability.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pyarrow.parquet as pq
+import pytest
+
+from jobs.collect import Collector, Interrupted, WriteFailed, interrupt_signals
+from jobs.runner import count_rows
+from jobs.schemas import RESPONSES
+from jobs.store import TableStore
+
+
+class _Bar:
+    def __init__(self):
+        self.n = 0
+
+    def update(self, n):
+        self.n += n
+
+    def set_postfix(self, **kw):
+        self.postfix = kw
+
+
+def _rows(store: TableStore, *statuses: str) -> list:
+    return [store.to_arrow([{"context_id": str(i), "model": "m", "status": s, "error": None if s == "ok" else
+                             f"after 1 attempt(s): InternalServerError 500: boom {i}"}])
+            for i, s in enumerate(statuses)]
+
+
+def test_rows_are_counted_as_they_arrive_and_written_at_flush(tmp_path):
+    store = TableStore(tmp_path, RESPONSES, writer=True)
+    bar = _Bar()
+    c = Collector(store, None, flush_every_s=60, bar=bar, counter=count_rows)
+    assert c.add(_rows(store, "ok", "error", "ok")) == 3
+    assert c.counts == {"ok": 2, "failed": 1} and bar.n == 3
+    assert dict(c.failures.counts) == {"InternalServerError 500": 1}
+    assert store.parts() == []
+    c.finish()
+    assert c.saved == 3 and len(store.read()) == 3
+
+
+def test_a_failed_write_keeps_the_rows_and_rescues_them_at_the_end(tmp_path):
+    """An unwritable responses/ was a traceback and 0 rows saved after every call was paid for."""
+    run_dir = tmp_path / "run"
+    store = TableStore(run_dir, RESPONSES, writer=True)
+    c = Collector(store, None, flush_every_s=60, bar=_Bar(), counter=count_rows)
+    c.add(_rows(store, "ok", "ok"))
+    store.dir.rmdir()
+    store.dir.write_text("in the way")  # unwritable, for root too
+    c.flush()
+    assert c.write_error is not None and c.saved == 0  # kept in memory, not dropped
+    with pytest.raises(WriteFailed) as exc:
+        c.finish(retries=1)
+    rescued = next((tmp_path / "run-rescued").glob("part-rescued-responses-*.parquet"))
+    assert str(rescued) in str(exc.value) and "2 finished row(s)" in str(exc.value)
+    assert sorted(pq.read_table(rescued).column("context_id").to_pylist()) == ["0", "1"]
+
+
+def test_a_failed_write_is_tried_again_at_the_next_flush(tmp_path):
+    store = TableStore(tmp_path, RESPONSES, writer=True)
+    c = Collector(store, None, flush_every_s=60, bar=_Bar(), counter=count_rows)
+    c.add(_rows(store, "ok"))
+    store.dir.rmdir()
+    store.dir.write_text("in the way")
+    c.flush()
+    store.dir.unlink()
+    store.dir.mkdir()  # the user fixed it
+    c.add(_rows(store, "ok", "ok")[1:])
+    c.flush()
+    assert c.saved == 2 and c.write_error is None and len(store.read()) == 2
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_raises_interrupted_once_and_a_second_one_does_not_cut_the_save(sig, capsys):
+    before = signal.getsignal(sig)
+    with interrupt_signals():
+        with pytest.raises(Interrupted) as exc:
+            os.kill(os.getpid(), sig)
+        assert exc.value.signum == sig and isinstance(exc.value, KeyboardInterrupt)
+        os.kill(os.getpid(), sig)  # a second Ctrl-C while the rows are written: a line, no raise
+        assert "again: still writing the finished rows" in capsys.readouterr().out
+    assert signal.getsignal(sig) == before
