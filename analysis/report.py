@@ -159,7 +159,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.run_dir is None:
         parser.error("RUN_DIR is required")
     options = {k: v for k, v in vars(args).items() if k not in ("run_dir", "out", "method")}
-    print(module.build_report(args.run_dir, args.out, **options))
+    try:
+        print(module.build_report(args.run_dir, args.out, **options))
+    except ConfigError as exc:  # e.g. a corrupt part: the message names the file and the fix
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -69,11 +69,16 @@ def run(cfg: ChainConfig) -> int:
     started = time.perf_counter()
     if not cfg.dry_run:
         write_run_record(cfg)
+    failed_steps: list[str] = []
     for step in cfg.steps:
         if step in runners:
             print(f"== {step} ==", flush=True)
             code = runners[step](cfg)
-            if code:
+            if code == 1:
+                # Failures past max_failed_fraction: they are rows, so the later steps still work
+                # on what succeeded; the chain's exit code says so at the end.
+                failed_steps.append(step)
+            elif code:
                 return code
         elif cfg.dry_run:
             continue
@@ -89,6 +94,10 @@ def run(cfg: ChainConfig) -> int:
             print(f"report: {build_report(cfg.run_dir)}", flush=True)
     if not cfg.dry_run:
         print(f"pipeline finished in {time.perf_counter() - started:.0f}s; results in {cfg.run_dir}", flush=True)
+    if failed_steps:
+        print(f"pipeline: failures above max_failed_fraction={cfg.max_failed_fraction} in {failed_steps} "
+              "(see each step's summary above); exit 1", flush=True)
+        return 1
     return 0
 
 

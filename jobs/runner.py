@@ -47,6 +47,15 @@ def plan_text(models: list, todo: pd.DataFrame, overrides: Any) -> str:
         lines.append(f"  {m.name:<30} {n:>7} {n * params.max_tokens:>15,} {m.concurrency:>9}  {where}")
     if gpus:
         lines.append("  GPUs at minimum scale: " + ", ".join(f"{v} x {k}" for k, v in gpus.items()))
+    # The capacity plan: tokens, GPUs and wall time at the throughput table's figures
+    # (conf/throughput.yaml), one request at a time versus all in flight, and GPU-hours.
+    from serving.capacity import plan_lines
+
+    texts = [c for c in ("context", "response", "transcript", "profile", "prompt") if c in todo.columns]
+    row_texts = todo[texts].fillna("").astype(str).agg(" ".join, axis=1) if texts else [""] * len(todo)
+    lines.append("  capacity (input tokens estimated at 4 characters each, from the row texts; "
+                 "output at max_tokens):")
+    lines += plan_lines(models, todo["model"], row_texts, overrides)
     return "\n".join(lines)
 
 

@@ -57,9 +57,13 @@ def test_faults_are_retried_and_dead_endpoints_become_error_rows(tmp_path):
                     timeout_sleep=10, seed=3) as flaky, FakeServer(always_fail="503") as dead:
         models = write_model_dir(tmp_path / "models", "flaky", flaky.base_url, timeout_s=1.0, max_retries=10)
         write_model_dir(models, "dead", dead.base_url, max_retries=2)
-        run_job("jobs.generate", f"hydra.searchpath=[file://{models}]", "models=[flaky,dead]",
-                f"run_dir={tmp_path / 'run'}", *_dataset_overrides(csv))
+        proc = run_job("jobs.generate", f"hydra.searchpath=[file://{models}]", "models=[flaky,dead]",
+                       f"run_dir={tmp_path / 'run'}", *_dataset_overrides(csv), check=False)
         flaky_stats = flaky.stats()
+    # Half the rows failed (every call of the dead endpoint): written as rows, summarized with
+    # their reason and count, and the exit code says so (max_failed_fraction defaults to 0).
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "60 x" in proc.stdout and "503" in proc.stdout, proc.stdout[-3000:]
     df = pd.read_parquet(tmp_path / "run" / "responses")
     assert len(df) == 120 and not df.duplicated(["context_id", "model"]).any()
     ok = df[df["model"] == "flaky"]
