@@ -11,7 +11,10 @@ import hydra
 import pytest
 from omegaconf import OmegaConf, open_dict
 
-from jobs.config import ChainConfig, ConfigError, GenerateConfig, JudgeConfig, validate, with_group_names
+from jobs import pipeline
+from jobs.config import (
+    ChainConfig, ConfigError, GenerateConfig, JudgeConfig, method_config, validate, with_group_names,
+)
 from serving.configfiles import load_model
 from tests.conftest import ROOT, run_job, write_model_dir
 
@@ -109,11 +112,15 @@ def test_empty_model_list_is_rejected(tmp_path):
 def test_every_experiment_composes_and_validates(name, tmp_path):
     """Each job of the chain takes its own keys from an experiment file; nothing is left over."""
     data = compose(f"experiment={name}", run_dir=tmp_path / "run")
-    cfg = validate(data, ChainConfig, "pipeline config")
-    assert validate(data, JudgeConfig).judges == cfg.judges
+    chain = method_config(data.get("method"))  # the method's own chain config, or the shared one
+    cfg = validate(data, chain, "pipeline config")
+    if chain is ChainConfig:
+        assert validate(data, JudgeConfig).judges == cfg.judges
     assert cfg.method and cfg.models
-    for model in cfg.models:  # every model an experiment names has a file
+    for model in [*cfg.models, *cfg.judges]:  # every model an experiment names has a file
         assert load_model(model, [CONF]).name == model
+    for step in cfg.steps:  # every step resolves to a job (or is a built-in)
+        assert step in pipeline.BUILTIN_STEPS or callable(pipeline.step_runner(cfg.method, step))
 
 
 def test_each_job_keeps_its_own_keys_and_refuses_unknown_ones(tmp_path):
