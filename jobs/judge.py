@@ -231,35 +231,46 @@ def run(cfg: JudgeConfig) -> int:
         print(f"run: {line}", flush=True)
     check_writable([run_dir / SCORES.name])
 
-    store = TableStore(run_dir, SCORES, writer=True)
     planned, missing_ctx = plan_judgments(responses, contexts, cfg.judges, cfg.responders)
-    keys = [(SUBJECT_RESPONSE, s, j, rubric.name) for s, j in zip(planned["subject_id"], planned["judge"])]
+    if missing_ctx:
+        print(f"warning: {missing_ctx} response(s) were not judged: their context ids are not among the "
+              f"{len(contexts)} contexts recorded in {run_dir / CONTEXTS.name}", file=sys.stderr)
+    return judge_planned(cfg, rubric, judges, planned, sensitivity, "judge")
+
+
+def judge_planned(cfg: Any, rubric: Rubric, judges: list, planned: pd.DataFrame, sensitivity: str,
+                  desc: str) -> int:
+    """What every judging job does with its planned rows (subject_type, subject_id, judge, the
+    rubric's placeholders; context_id and responder when known): drop the failed calls it will
+    ask again (resume), skip what is written, print the plan (a dry run stops there), judge the
+    rest on the Ray Data stage, and end with the failure summary and its exit code.
+
+    `cfg` is the job's config: a `RunConfig` with `judge_generation` and `max_repairs`."""
+    run_dir = Path(cfg.run_dir)
+    store = TableStore(run_dir, SCORES, writer=not cfg.dry_run)
+    keys = [(t, s, j, rubric.name) for t, s, j in zip(planned["subject_type"], planned["subject_id"], planned["judge"])]
     if cfg.retry_failed and not cfg.dry_run:
         redo = failed_calls(store, rubric, set(keys))
         if redo:
             store.drop(redo, SCORES_CALL_KEY)
-            print(f"resume: {len(redo)} judgment(s) that failed or did not parse will be asked again", flush=True)
+            print(f"resume: {len(redo)} {desc} call(s) that failed or did not parse will be asked again", flush=True)
     done = store.existing_keys(SCORES_CALL_KEY)
     todo = planned[[k not in done for k in keys]].reset_index(drop=True)
-    if missing_ctx:
-        print(f"warning: {missing_ctx} response(s) were not judged: their context ids are not among the "
-              f"{len(contexts)} contexts recorded in {run_dir / CONTEXTS.name}", file=sys.stderr)
-    print(f"judge: {len(todo)} judgment(s) to request from {len(judges)} judge(s) on rubric {rubric.name!r}, "
+    print(f"{desc}: {len(todo)} judgment(s) to request from {len(judges)} judge(s) on rubric {rubric.name!r}, "
           f"{len(planned) - len(todo)} already written", flush=True)
     if cfg.dry_run:
         print(plan_text(judges, todo.rename(columns={"judge": "model"}), cfg.judge_generation), flush=True)
         return 0
     if todo.empty:
         return 0
-
     counts = run_model_stage(
         todo, judges, JudgeStage,
         dict(rubric=rubric.model_dump(), overrides=cfg.judge_generation.as_dict(),
              max_repairs=cfg.max_repairs, run_id=run_dir.name),
-        store, sensitivity=sensitivity, run=cfg, desc="judge", counter=call_counter(rubric),
+        store, sensitivity=sensitivity, run=cfg, desc=desc, counter=call_counter(rubric),
     )
-    return summarize("judge", counts["ok"], counts["failed"], counts.failures, cfg.max_failed_fraction,
-                     "scores", store.dir)
+    return summarize(desc, counts["ok"], counts["failed"], getattr(counts, "failures", None) or FailureSummary(),
+                     cfg.max_failed_fraction, "scores", store.dir)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="judge")

@@ -16,7 +16,7 @@ The method, as the code runs it (the shared rubric engine and `JudgeStage`; the 
 4. re-running resumes: written calls are skipped, calls with a failed required item are asked
    again (`retry_failed`). The totals (/18, /8, /10, /36) are the rubric's aggregates.
 
-`judge_planned` is the judging loop `jobs.sqpsych.preference` shares.
+The judging loop (resume, plan, stage, failure summary) is the shared `jobs.judge.judge_planned`.
 """
 
 from __future__ import annotations
@@ -29,17 +29,17 @@ import pandas as pd
 from pydantic import Field
 
 from jobs.config import RunConfig
-from jobs.judge import JudgeStage, call_counter, failed_calls
+from jobs.judge import judge_planned
 from jobs.rubric import Rubric, load_rubric
-from jobs.runner import plan_text, run_model_stage
-from jobs.schemas import DIALOGUES, SCORES, SCORES_CALL_KEY, STATUS_OK, SUBJECT_DIALOGUE
+from jobs.runner import plan_text
+from jobs.schemas import DIALOGUES, STATUS_OK, SUBJECT_DIALOGUE
 from jobs.sqpsych.schemas import PROFILES
 from jobs.store import TableStore
 from serving.config import GenerationOverrides
 from serving.configfiles import ConfigError, load_model
 from serving.governance import check_all
 
-__all__ = ["JudgingConfig", "PanelConfig", "judge_planned", "plan_panel", "read_profiles",
+__all__ = ["JudgingConfig", "PanelConfig", "plan_panel", "read_profiles",
            "render_transcript", "run", "subjects_sensitivity"]
 
 # What the judging jobs read of the cohort step's profiles table.
@@ -159,38 +159,6 @@ def planned_dialogues(cfg: Any, run_dir: Path) -> int | None:
 
 
 # --- judging --------------------------------------------------------------------------------------
-
-
-def judge_planned(cfg: JudgingConfig, rubric: Rubric, judges: list, planned: pd.DataFrame,
-                  sensitivity: str, desc: str) -> int:
-    """Judge the planned rows that the run has not judged yet (resume), on the Ray Data stage;
-    a dry run prints what it would send. `planned` holds subject_type, subject_id, judge and
-    the rubric's placeholders."""
-    run_dir = Path(cfg.run_dir)
-    store = TableStore(run_dir, SCORES, writer=not cfg.dry_run)
-    keys = [(t, s, j, rubric.name) for t, s, j in zip(planned["subject_type"], planned["subject_id"], planned["judge"])]
-    if cfg.retry_failed and not cfg.dry_run:
-        redo = failed_calls(store, rubric, set(keys))
-        if redo:
-            store.drop(redo, SCORES_CALL_KEY)
-            print(f"resume: {len(redo)} {desc} call(s) that failed or did not parse will be asked again", flush=True)
-    done = store.existing_keys(SCORES_CALL_KEY)
-    todo = planned[[k not in done for k in keys]].reset_index(drop=True)
-    print(f"{desc}: {len(todo)} judgment(s) to request from {len(judges)} judge(s) on rubric {rubric.name!r}, "
-          f"{len(planned) - len(todo)} already written", flush=True)
-    if cfg.dry_run:
-        print(plan_text(judges, todo.rename(columns={"judge": "model"}), cfg.judge_generation), flush=True)
-        return 0
-    if todo.empty:
-        return 0
-    counts = run_model_stage(
-        todo, judges, JudgeStage,
-        dict(rubric=rubric.model_dump(), overrides=cfg.judge_generation.as_dict(),
-             max_repairs=cfg.max_repairs, run_id=run_dir.name),
-        store, sensitivity=sensitivity, run=cfg, desc=desc, counter=call_counter(rubric),
-    )
-    print(f"{desc}: {counts['ok']} ok, {counts['failed']} failed or unparsed; scores in {store.dir}", flush=True)
-    return 0
 
 
 def run(cfg: PanelConfig) -> int:

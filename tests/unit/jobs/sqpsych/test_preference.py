@@ -80,7 +80,7 @@ def test_job_asks_each_judge_both_orders_and_a_positional_judge_yields_draws(tmp
     is model b, in order ba model a, so every profile is a draw, never a win."""
     write_dialogues(tmp_path, [(c, m, "ok") for c in ("c1", "c2") for m in ("a", "b", "c")])
     write_profiles(tmp_path, {"c1": "public", "c2": "public"})
-    monkeypatch.setattr("jobs.sqpsych.panel.run_model_stage", direct_stage)
+    monkeypatch.setattr("jobs.judge.run_model_stage", direct_stage)
     with FakeServer() as server:
         fake_judges(monkeypatch, tmp_path / "conf", server.base_url, names=("judge1", "judge2"))
         cfg = _cfg(tmp_path, preference_pairs=[["a", "b"], ["c", "a"]]).model_copy(update={"judges": ["judge1", "judge2"]})
@@ -101,7 +101,7 @@ def test_job_asks_each_judge_both_orders_and_a_positional_judge_yields_draws(tmp
 def test_restricted_profiles_are_refused_before_any_request(tmp_path, monkeypatch):
     write_dialogues(tmp_path, [("c1", "a", "ok"), ("c1", "b", "ok")])
     write_profiles(tmp_path, {"c1": "restricted"})
-    monkeypatch.setattr("jobs.sqpsych.panel.run_model_stage", direct_stage)
+    monkeypatch.setattr("jobs.judge.run_model_stage", direct_stage)
     with FakeServer() as server:
         fake_judges(monkeypatch, tmp_path / "conf", server.base_url)
         with pytest.raises(DataGovernanceError, match="restricted"):
