@@ -1,6 +1,7 @@
 """The report of a run, whatever its method: find the method, call its report.
 
     python -m analysis.report RUN_DIR [--out DIR] [--method NAME] [method options]
+    python -m analysis.report s3://bucket/runs/x   # any pyarrow filesystem URI: report/ is uploaded
 
 A folder that holds nothing a job writes (no `run.json`, no input report, no table folder) is
 not a run directory: the command says so and exits 2, writing nothing there. The method is
@@ -23,6 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from analysis.scores import load_scores, rubrics_in
+from jobs.remote import is_uri, mirrored, public_path
 from jobs.rubric import load_rubric
 from jobs.schemas import TABLES
 from serving.configfiles import ConfigError
@@ -138,6 +140,19 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *, meth
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
+    uri = next((a for a in argv if is_uri(a)), None)
+    if uri is not None:
+        # A run in an object store (s3://...): built on a local copy, report/ uploaded back.
+        try:
+            with mirrored(uri) as run:
+                _main([str(run.local) if a == uri else a for a in argv])
+        except (ConfigError, OSError) as exc:
+            sys.exit(f"error: {exc}")
+        return
+    _main(argv)
+
+
+def _main(argv: list[str]) -> None:
     base = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n")[0],
                                    add_help=False)
     base.add_argument("run_dir", type=Path, nargs="?", help="run directory with the Parquet tables")
@@ -160,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("RUN_DIR is required")
     options = {k: v for k, v in vars(args).items() if k not in ("run_dir", "out", "method")}
     try:
-        print(module.build_report(args.run_dir, args.out, **options))
+        print(public_path(module.build_report(args.run_dir, args.out, **options)))
     except ConfigError as exc:  # e.g. a corrupt part: the message names the file and the fix
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

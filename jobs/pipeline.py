@@ -3,6 +3,7 @@
     python -m jobs.pipeline experiment=mentalbench_demo          # laptop: bundled CPU model
     python -m jobs.pipeline experiment=mentalbench dry_run=true  # the paper-scale plan
     python -m jobs.pipeline experiment=mentalbench cluster=auto run_dir=/mnt/runs/mb/001
+    python -m jobs.pipeline experiment=mentalbench cluster=auto run_dir=s3://bucket/runs/mb/001
 
 The experiment names its method and its steps. A step is a job of the method
 (`jobs/<method>/<step>.py`) or a shared one (`jobs/<step>.py`), each with `run(cfg)`, or one of
@@ -27,6 +28,7 @@ import hydra
 from omegaconf import DictConfig
 
 from jobs.config import ChainConfig, ConfigError, method_config, run_entrypoint
+from jobs.remote import public_path, run_main
 
 
 def write_run_record(cfg: ChainConfig) -> None:
@@ -91,9 +93,10 @@ def run(cfg: ChainConfig) -> int:
             print("== report ==", flush=True)
             from analysis.report import build_report
 
-            print(f"report: {build_report(cfg.run_dir)}", flush=True)
+            print(f"report: {public_path(build_report(cfg.run_dir))}", flush=True)
     if not cfg.dry_run:
-        print(f"pipeline finished in {time.perf_counter() - started:.0f}s; results in {cfg.run_dir}", flush=True)
+        print(f"pipeline finished in {time.perf_counter() - started:.0f}s; results in {public_path(cfg.run_dir)}",
+              flush=True)
     if failed_steps:
         print(f"pipeline: failures above max_failed_fraction={cfg.max_failed_fraction} in {failed_steps} "
               "(see each step's summary above); exit 1", flush=True)
@@ -113,4 +116,4 @@ def main(raw: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)  # run_dir=s3://... (any pyarrow filesystem URI): a local copy, uploaded (jobs/remote.py)

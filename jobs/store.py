@@ -21,6 +21,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 import pyarrow as pa
@@ -31,6 +32,26 @@ from jobs.schemas import Table
 from serving.configfiles import ConfigError
 
 log = logging.getLogger(__name__)
+
+# Called as hook(event, path) with event "written" (a new part is in place) or "removed" (a part
+# was dropped or moved aside): how a run directory in an object store (jobs.remote) gets each
+# part the moment it is safe on disk, so a crash there loses no more than here.
+PartHook = Callable[[str, Path], None]
+_part_hooks: list[PartHook] = []
+
+
+def add_part_hook(hook: PartHook) -> None:
+    _part_hooks.append(hook)
+
+
+def remove_part_hook(hook: PartHook) -> None:
+    if hook in _part_hooks:
+        _part_hooks.remove(hook)
+
+
+def _notify(event: str, path: Path) -> None:
+    for hook in list(_part_hooks):
+        hook(event, path)
 
 CORRUPT_DIR = "corrupt"  # RUN_DIR/corrupt/<table>/: unreadable parts moved aside
 
@@ -68,6 +89,8 @@ class TableStore:
         aside.mkdir(parents=True, exist_ok=True)
         dest = aside / part.name
         os.replace(part, dest)
+        _notify("removed", part)
+        _notify("written", dest)
         msg = (f"warning: {part} could not be read ({type(exc).__name__}: {str(exc)[:160]}); moved it to "
                f"{dest}: its rows will be sent again")
         print(msg, file=sys.stderr, flush=True)
@@ -115,6 +138,7 @@ class TableStore:
             if n_hit < t.num_rows:
                 self.append(t.filter(pa.compute.invert(hit)))
             part.unlink()
+            _notify("removed", part)
         return dropped
 
     def drop_failed(self, keys: set[tuple[str, ...]] | None = None) -> int:
@@ -144,6 +168,7 @@ class TableStore:
             if n_ok:
                 self.append(t.filter(ok))
             part.unlink()
+            _notify("removed", part)
         return dropped
 
     def to_arrow(self, rows: pa.Table | pd.DataFrame | list[dict]) -> pa.Table:
@@ -168,6 +193,7 @@ class TableStore:
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, self.dir / name)
+        _notify("written", self.dir / name)
         return self.dir / name
 
     def read(self, columns: list[str] | None = None) -> pd.DataFrame:
