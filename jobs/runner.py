@@ -9,6 +9,7 @@ counts as rows finish.
 from __future__ import annotations
 
 import math
+import uuid
 from typing import Any, Callable
 
 import pandas as pd
@@ -148,7 +149,8 @@ def run_stage(
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False  # ours below counts rows and failures, not blocks
     ctx.verbose_stats_logs = False
-    sink = ray.remote(num_cpus=0)(RowSink).remote()
+    sink_name = f"rowsink-{uuid.uuid4().hex[:12]}"
+    sink = ray.remote(num_cpus=0)(RowSink).options(name=sink_name).remote()
     chunks = [rows.iloc[i : i + rows_per_task] for i in range(0, len(rows), rows_per_task)]
     # Each worker must hold enough batches to keep `rows_in_flight` calls open with spare rows
     # queued behind them; Ray Data submits up to 2 x max_concurrency tasks per actor.
@@ -156,7 +158,7 @@ def run_stage(
     max_concurrency = max(2, math.ceil(2 * per_worker_rows / rows_per_task))
     ds = ray.data.from_pandas(chunks).map_batches(
         with_sink(stage_cls),
-        fn_constructor_kwargs={**stage_kwargs, "sink": sink},
+        fn_constructor_kwargs={**stage_kwargs, "sink_name": sink_name},
         batch_size=None,
         batch_format="pandas",
         compute=ray.data.ActorPoolStrategy(
@@ -183,6 +185,7 @@ def run_stage(
                         exc.saved = collector.saved
                 raise
             collector.finish()
+    ray.kill(sink)  # a named actor lives as long as its driver otherwise
     return StageResult(collector.counts["ok"], collector.counts["failed"], collector.failures, collector.saved)
 
 

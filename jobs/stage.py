@@ -94,12 +94,20 @@ class ChatStage:
 
 
 def with_sink(stage_cls: type) -> type:
-    """`stage_cls` taking one more constructor argument, `sink`: every subclass keeps its own
-    constructor, and the driver adds the sink without each of them naming it."""
+    """`stage_cls` taking one more constructor argument, `sink` (or `sink_name`, a named actor):
+    every subclass keeps its own constructor, and the driver adds the sink without each of them
+    naming it."""
 
     class Streaming(stage_cls):  # type: ignore[misc,valid-type]
-        def __init__(self, *args: Any, sink: Any = None, **kwargs: Any):
+        def __init__(self, *args: Any, sink: Any = None, sink_name: str | None = None, **kwargs: Any):
             super().__init__(*args, **kwargs)
+            if sink is None and sink_name:
+                import ray
+
+                # Found by name, not passed as a handle: a handle among an actor's constructor
+                # arguments puts them in the object store, and Ray then prints an error line
+                # about restarts on the console for every worker.
+                sink = ray.get_actor(sink_name)
             self.sink = sink
 
     Streaming.__name__ = Streaming.__qualname__ = stage_cls.__name__  # the name Ray Data shows
