@@ -247,4 +247,6 @@ def main(raw: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from jobs.remote import run_main
+
+    run_main(main)  # run_dir=s3://... (any pyarrow filesystem URI): a local copy, uploaded

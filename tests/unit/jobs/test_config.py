@@ -163,7 +163,8 @@ def test_hydra_searchpath_adds_model_files(tmp_path):
     sp = write_model_dir(tmp_path / "sp", "extra", FAKE_URL, concurrency=3)
     proc = _dry_run(f"hydra.searchpath=[file://{sp}]", "models=[extra]", run_dir=tmp_path / "run")
     assert proc.returncode == 0, proc.stderr
-    plan = [line for line in proc.stdout.splitlines() if line.strip().startswith("extra")]
+    # The plan's line of the model (the capacity table below it repeats the name: first one).
+    plan = [line for line in proc.stdout.splitlines() if line.strip().startswith("extra")][:1]
     assert len(plan) == 1, proc.stdout
     # columns: name, calls, max output tokens, in flight, hosting
     assert plan[0].split()[1:4] == ["24", "3,072", "3"], plan[0]
@@ -177,7 +178,7 @@ def test_hydra_searchpath_shadows_a_bundled_model(tmp_path):
     sp = write_model_dir(tmp_path / "sp", "gpt-4o", FAKE_URL, concurrency=3)
     proc = _dry_run(f"hydra.searchpath=[file://{sp}]", "models=[gpt-4o]", run_dir=tmp_path / "run")
     assert proc.returncode == 0, proc.stderr
-    plan = [line for line in proc.stdout.splitlines() if line.strip().startswith("gpt-4o")]
+    plan = [line for line in proc.stdout.splitlines() if line.strip().startswith("gpt-4o")][:1]
     assert len(plan) == 1, proc.stdout
     assert plan[0].split()[3] == "3", plan[0]  # the bundled file says 32
 
