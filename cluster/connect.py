@@ -23,9 +23,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # The driver-side loggers that print around the progress bars when left at INFO.
 QUIET_LOGGERS = ("ray", "ray.data", "ray.serve", "ray.train", "ray.tune", "ray.llm")
-# Warnings that only restate a choice the jobs make: they draw their own progress bar, so Ray
-# Data's notice that its bars are off is noise (raised to ERROR on quiet runs only).
-NOTICE_LOGGERS = ("ray.data._internal.progress",)
+# Warnings that only restate a choice the jobs make (raised to ERROR on quiet runs only): the jobs
+# draw their own progress bar, so Ray Data's notice that its bars are off is noise; the embedded
+# cluster uses Ray's token authentication (its default, which we keep), so the notice that it is
+# on says nothing to act on.
+NOTICE_LOGGERS = ("ray.data._internal.progress", "ray._private.authentication.authentication_token_setup")
 RAY_LOGS_LINK = "ray-logs"  # RUN_DIR/ray-logs -> the Ray session's logs/ folder
 
 

@@ -61,7 +61,8 @@ def test_demo_output_is_quiet(demo_run):
     """The console shows the plan, the bars and where results are: not Ray's or Serve's logs."""
     _, proc = demo_run
     noisy = [line for line in (proc.stdout + proc.stderr).splitlines()
-             if "(ServeReplica" in line or "(ServeController" in line or "INFO" in line.split(" ", 3)[:3]]
+             if "(ServeReplica" in line or "(ServeController" in line or "INFO" in line.split(" ", 3)[:3]
+             or "core_worker.cc" in line or "Token authentication" in line]
     assert not noisy, noisy[:10]
 
 
