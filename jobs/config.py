@@ -229,8 +229,13 @@ def validate(data: dict[str, Any], model_cls: type[BaseModel], where: str = "con
     return validated(model_cls, own, where)
 
 
-def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], int], where: str) -> None:
+def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], int], where: str) -> int:
     """Body of every job's `@hydra.main`: resolve, validate once, run, exit with its code.
+
+    In a sweep (`-m`), each point runs in its own run directory and the code is returned, not
+    exited with (an exit would end the sweep after its first point): any failure of the point is
+    its exit code and error in `<point dir>/sweep_point.json`, for the sweep's summary
+    (jobs/sweep.py). An interrupt still stops the sweep.
 
     Configuration and data-governance errors are the user's to fix: one line on stderr, exit 2
     (a `run_dir` that is a file or cannot be written included, checked before anything runs).
@@ -245,13 +250,21 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
     from jobs.collect import WriteFailed, raise_on_sigterm
     from jobs.preflight import PreflightError
     from jobs.rundir import check_run_dir
+    from jobs.sweep import is_multirun, point_run_dir, record_point, sweep_resume_command
     from serving.governance import DataGovernanceError
 
-    run_dir = None
+    run_dir = cfg = error = None
+    multirun = False
     try:
         hydra_cfg = HydraConfig.get()
         data = with_group_names(OmegaConf.to_container(raw, resolve=True), dict(hydra_cfg.runtime.choices))
-        run_dir = str(Path(data["run_dir"]).resolve())
+        multirun = is_multirun(hydra_cfg)
+        if multirun:  # the default run_dir's timestamp is the same for every point of a sweep
+            data["run_dir"] = point_run_dir(hydra_cfg, data["run_dir"])
+            print(f"== sweep point {hydra_cfg.job.num}: {' '.join(hydra_cfg.overrides.task)} ==", flush=True)
+        from jobs.remote import local_run_dir  # a URI here was not mirrored by the entry: refused
+
+        run_dir = local_run_dir(data["run_dir"])
         data["run_dir"] = run_dir
         check_run_dir(run_dir)
         cfg = validate(data, model_cls, where)
@@ -264,10 +277,10 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
         code = run(cfg)
     except (ConfigError, DataGovernanceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        code = 2
+        error, code = str(exc), 2
     except (PreflightError, WriteFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        code = 1
+        error, code = str(exc), 1
     except KeyboardInterrupt as exc:
         import signal
 
@@ -275,10 +288,25 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
         saved = getattr(exc, "saved", 0)
         where_ = f" in {run_dir}" if run_dir else ""
         print(f"\ninterrupted ({signal.Signals(signum).name}): {saved} row(s) saved{where_} by this run; "
-              f"resume with: {resume_command(run_dir)}", file=sys.stderr, flush=True)
-        code = 128 + signum
+              f"resume with: {sweep_resume_command(hydra_cfg.sweep.dir) if multirun else resume_command(run_dir)}",
+              file=sys.stderr, flush=True)
+        error, code = f"interrupted ({signal.Signals(signum).name})", 128 + signum
+    except Exception as exc:
+        if not multirun:
+            raise
+        # Hydra's sweeper re-raises a point's exception and ends the sweep: one point's bug or
+        # lost cluster is that point's failure (traceback on stderr and in its log), not the sweep's.
+        import traceback
+
+        traceback.print_exc()
+        error, code = f"{type(exc).__name__}: {exc}", 1
     finally:
         joblog.stop()
+    if multirun:
+        record_point(hydra_cfg, run_dir, code, error, cfg)
+        if code >= 128:
+            sys.exit(code)  # interrupted: the user stops the sweep, not only this point
+        return code
     sys.exit(code)
 
 
