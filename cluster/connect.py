@@ -112,6 +112,14 @@ def connect(cfg: ClusterConfig, *, verbose: bool = False, log_dir: Path | None =
     if not verbose:
         quiet_ray_console()
     if ray.is_initialized():
+        # A later job of a chain, or a later point of a sweep: link the session's logs from
+        # this run directory too.
+        try:
+            session = ray._private.worker.global_worker.node.get_session_dir_path()
+        except AttributeError:  # a client connection has no local node
+            session = None
+        if session and log_dir is not None:
+            link_session_logs(log_dir, Path(session) / "logs")
         return "already connected"
     address = cfg.address or os.environ.get("RAY_ADDRESS")
     context = ray.init(**ray_init_kwargs(cfg, verbose=verbose, address=address))

@@ -111,6 +111,11 @@ def main(raw: DictConfig) -> None:
         config_cls = method_config(raw.get("method"))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            return  # one point of a sweep: the summary reports it as failed; the others go on
         sys.exit(2)
     run_entrypoint(raw, config_cls, run, "pipeline config")
 
