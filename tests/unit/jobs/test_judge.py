@@ -82,12 +82,13 @@ def test_a_toy_scale_is_judged_through_the_same_stage(tmp_path):
     path.write_text(yaml.safe_dump(TOY))
     with FakeServer() as server:
         out = _run(_stage(server.base_url, rubric=str(path)), _batch(2))
-        body = server.log_lines()[0]
+        sent = server.log_lines()
     assert sorted(out["item"].unique()) == ["focus", "safety", "warmth"] and len(out) == 6
     assert (out["status"] == "ok").all() and set(out["evaluator_role"]) == {"supervisor"}
     # The fake answers each enum's first value: each item's own minimum.
     assert out.groupby("item")["score"].first().to_dict() == {"focus": 0.0, "safety": 1.0, "warmth": 0.0}
-    assert "Context: I feel alone 0" in str(body)
+    # Both rows go out at once: the log's order is the order they arrived in, not the rows'.
+    assert any("Context: I feel alone 0\nAnswer: That sounds hard 0" in line["content"] for line in sent)
     rubric = load_rubric(str(path))
     wide = out.pivot(index="subject_id", columns="item", values="score")
     assert rubric.aggregate_frame(wide)["total"].tolist() == [1.0, 1.0]
