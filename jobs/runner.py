@@ -167,6 +167,11 @@ def run_stage(
             max_tasks_in_flight_per_actor=2 * max_concurrency,
         ),
         num_cpus=worker_num_cpus,
+        # Ray Data keeps the workers' constructor in the object store, and Ray 2.60 prints an
+        # error line per worker when such an actor may restart (ray-project/ray#53727: the
+        # restart can fail anyway). A worker that dies fails the stage instead: the finished rows
+        # are saved (above) and a re-run sends only the rest.
+        max_restarts=0,
     )
     with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar:
         collector = Collector(store, sink, flush_every_s=flush_every_s, bar=bar, counter=_with_reasons(counter))
