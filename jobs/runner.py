@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import uuid
+import warnings
 from typing import Any, Callable
 
 import pandas as pd
@@ -156,23 +157,12 @@ def run_stage(
     # queued behind them; Ray Data submits up to 2 x max_concurrency tasks per actor.
     per_worker_rows = math.ceil(rows_in_flight / workers)
     max_concurrency = max(2, math.ceil(2 * per_worker_rows / rows_per_task))
-    ds = ray.data.from_pandas(chunks).map_batches(
-        with_sink(stage_cls),
-        fn_constructor_kwargs={**stage_kwargs, "sink_name": sink_name},
-        batch_size=None,
-        batch_format="pandas",
-        compute=ray.data.ActorPoolStrategy(
-            size=workers,
-            max_concurrent_calls_per_actor=max_concurrency,
-            max_tasks_in_flight_per_actor=2 * max_concurrency,
-        ),
-        num_cpus=worker_num_cpus,
-        # Ray Data keeps the workers' constructor in the object store, and Ray 2.60 prints an
-        # error line per worker when such an actor may restart (ray-project/ray#53727: the
-        # restart can fail anyway). A worker that dies fails the stage instead: the finished rows
-        # are saved (above) and a re-run sends only the rest.
-        max_restarts=0,
-    )
+    with warnings.catch_warnings():
+        # `max_restarts` has no named parameter in Ray 2.60; its actor pool documents
+        # `map_batches(..., max_restarts=0)` as the way to disable restarts.
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+        ds = _map_stage(ray, chunks, stage_cls, {**stage_kwargs, "sink_name": sink_name}, workers,
+                        max_concurrency, worker_num_cpus)
     with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar:
         collector = Collector(store, sink, flush_every_s=flush_every_s, bar=bar, counter=_with_reasons(counter))
         with interrupt_signals():
@@ -192,6 +182,27 @@ def run_stage(
             collector.finish()
     ray.kill(sink)  # a named actor lives as long as its driver otherwise
     return StageResult(collector.counts["ok"], collector.counts["failed"], collector.failures, collector.saved)
+
+
+def _map_stage(ray: Any, chunks: list, stage_cls: type, kwargs: dict[str, Any], workers: int,
+               max_concurrency: int, worker_num_cpus: float) -> Any:
+    return ray.data.from_pandas(chunks).map_batches(
+        with_sink(stage_cls),
+        fn_constructor_kwargs=kwargs,
+        batch_size=None,
+        batch_format="pandas",
+        compute=ray.data.ActorPoolStrategy(
+            size=workers,
+            max_concurrent_calls_per_actor=max_concurrency,
+            max_tasks_in_flight_per_actor=2 * max_concurrency,
+        ),
+        num_cpus=worker_num_cpus,
+        # Ray Data keeps the workers' constructor in the object store, and Ray 2.60 prints an
+        # error line per worker when such an actor may restart (ray-project/ray#53727: the
+        # restart can fail anyway). A worker that dies fails the stage instead: the finished rows
+        # are saved and a re-run sends only the rest.
+        max_restarts=0,
+    )
 
 
 def _with_reasons(counter: Callable | None) -> Callable[[pa.Table], Counted]:

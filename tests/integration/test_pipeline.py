@@ -62,7 +62,7 @@ def test_demo_output_is_quiet(demo_run):
     _, proc = demo_run
     noisy = [line for line in (proc.stdout + proc.stderr).splitlines()
              if "(ServeReplica" in line or "(ServeController" in line or "INFO" in line.split(" ", 3)[:3]
-             or "core_worker.cc" in line or "Token authentication" in line]
+             or "core_worker.cc" in line or "Token authentication" in line or "Warning:" in line]
     assert not noisy, noisy[:10]
 
 
