@@ -150,11 +150,17 @@ def print_plan(desc: str, n_subjects: int, what: str, judges: list, overrides: G
     print(plan_text(judges, planned, overrides), flush=True)
 
 
+def planned_profiles(cfg: Any, run_dir: Path) -> int | None:
+    """Profiles the chain will have, for a dry run before synthesis: those written, else the
+    dataset's limit; None when unknown."""
+    return len(read_profiles(run_dir)) or getattr(getattr(cfg, "dataset", None), "limit", None)
+
+
 def planned_dialogues(cfg: Any, run_dir: Path) -> int | None:
-    """Dialogues the chain will synthesize, for a dry run before synthesis: profiles (written, or
-    the dataset's limit) x therapist models of the chain's config; None when unknown."""
+    """Dialogues the chain will synthesize, for a dry run before synthesis: `planned_profiles` x
+    therapist models of the chain's config; None when unknown."""
     models = getattr(cfg, "models", None) or []
-    n_profiles = len(read_profiles(run_dir)) or getattr(getattr(cfg, "dataset", None), "limit", None)
+    n_profiles = planned_profiles(cfg, run_dir)
     return n_profiles * len(models) if n_profiles and models else None
 
 

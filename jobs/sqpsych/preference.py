@@ -27,10 +27,11 @@ from pathlib import Path
 import pandas as pd
 from pydantic import Field, field_validator
 
+from jobs.judge import judge_planned
 from jobs.rubric import load_rubric
 from jobs.schemas import DIALOGUES, SUBJECT_PAIR
 from jobs.sqpsych.panel import (
-    PROFILES_DIR, JudgingConfig, check_placeholders, judge_planned, ok_dialogues, print_plan, read_profiles,
+    PROFILES_DIR, JudgingConfig, check_placeholders, ok_dialogues, planned_profiles, print_plan, read_profiles,
     render_transcript, subjects_sensitivity,
 )
 from serving.configfiles import ConfigError, load_model
@@ -142,7 +143,7 @@ def run(cfg: PreferenceConfig) -> int:
     if dialogues.empty:
         if cfg.dry_run:
             models = getattr(cfg, "models", None) or []
-            n_profiles = len(read_profiles(run_dir)) or getattr(getattr(cfg, "dataset", None), "limit", None)
+            n_profiles = planned_profiles(cfg, run_dir)
             pairs = model_pairs(models, cfg.preference_pairs)
             if not n_profiles or not pairs:
                 print("preference (planned): the run has no dialogues yet; nothing to plan", flush=True)

@@ -82,11 +82,12 @@ class SynthesizeConfig(RunConfig):
 def read_profiles(run_dir: Path) -> pd.DataFrame:
     """The usable profiles of the run (status ok) in a stable order, or a `ConfigError` saying
     which step writes them."""
+    from jobs.sqpsych.cohort import ok_profiles
+
     store = TableStore(run_dir, PROFILES)
     if not store.parts():
         raise ConfigError(f"no profiles in {store.dir}: run the cohort step first (it writes RUN_DIR/profiles/)")
-    df = store.read()
-    return df[df["status"] == "ok"].sort_values("context_id").reset_index(drop=True)
+    return ok_profiles(run_dir)
 
 
 def planned_profiles(cfg: SynthesizeConfig) -> pd.DataFrame:
