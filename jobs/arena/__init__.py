@@ -1,0 +1,12 @@
+"""Ψ-Arena: simulated clients talk with the counselor model under test, three perspectives score
+the session, and a closed loop improves the counselor (`../shared/DESIGN.md`, part 3).
+
+    python -m jobs.pipeline experiment=arena_demo
+
+Steps (each `jobs/arena/<step>.py` with `run(cfg)`; `jobs/arena/config.py` is the whole chain):
+cards (NPC client cards from help-seeking posts or a cards file) -> sessions (the shared dialogue
+engine, three client phases by round) -> evaluate (client, supervisor and counselor scales through
+the shared rubric engine, into the one scores table) -> optimize (feedback on the lowest items,
+grounded in the counseling-methods knowledge base; the counselor reflects and rewrites its prompt;
+re-run, re-evaluated, per iteration) -> rankings (human expert rankings from CSV) -> report.
+"""

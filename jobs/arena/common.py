@@ -1,0 +1,63 @@
+"""The keys every Ψ-Arena step reads, with the same names as the other methods where the meaning
+is the same: `models` (the counselors under test), `judges` (the supervisor evaluators),
+`client_model` (the client simulator, which also fills in the client scale), `generation` (the
+counselors' sampling), `run_dir`, plus `rounds`, `variants` and `iterations`.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from jobs.config import RunConfig
+from serving.config import GenerationOverrides
+
+# The counselor prompts of the paper's Table 2: a plain assistant and a counseling prompt.
+DEFAULT_COUNSELOR_PROMPTS = {"vanilla": "arena/counselor_vanilla.txt", "psycho": "arena/counselor_psycho.txt"}
+DEFAULT_SCALES = {"client": "arena_client", "supervisor": "arena_supervisor", "counselor": "arena_counselor"}
+
+
+class ArenaRunConfig(RunConfig):
+    """What every Ψ-Arena step has."""
+
+    models: list[str] = Field(min_length=1, description="The counselor models under test (conf/model/).")
+    client_model: str = Field(description="The client simulator (conf/model/); it also scores the client scale.")
+    judges: list[str] = Field(default_factory=list, description="The supervisor evaluators (conf/model/).")
+    variants: list[str] = Field(
+        default_factory=lambda: ["vanilla", "psycho"],
+        description="The counselor prompt variants to run (keys of counselor_prompts).",
+    )
+    counselor_prompts: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_COUNSELOR_PROMPTS),
+        description="Variant -> the counselor's system prompt file (on the config search path).",
+    )
+    rounds: int = Field(25, ge=1, description="Rounds per session (a round: the client, then the counselor; the paper: 25).")
+    iterations: int = Field(3, ge=0, description="Optimization iterations after the first evaluation (0: none).")
+    scales: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_SCALES),
+        description="Evaluator role -> rubric file (conf/rubric/NAME.yaml): client, supervisor, counselor.",
+    )
+    generation: GenerationOverrides = Field(
+        default_factory=GenerationOverrides, description="Overrides of the counselors' sampling."
+    )
+    client_generation: GenerationOverrides = Field(
+        default_factory=GenerationOverrides, description="Overrides of the client simulator's sampling."
+    )
+    judge_generation: GenerationOverrides = Field(
+        default_factory=GenerationOverrides,
+        description="Overrides of every evaluator's sampling (client, supervisor, counselor self-assessment).",
+    )
+    max_repairs: int = Field(1, ge=0, le=3, description="Repair requests when an evaluator's answer cannot be parsed.")
+    prompt_version: str = Field("arena-2026-11", description="Recorded on every session.")
+
+    @model_validator(mode="after")
+    def _variants_known(self) -> "ArenaRunConfig":
+        unknown = [v for v in self.variants if v not in self.counselor_prompts]
+        if unknown:
+            raise ValueError(f"variants {unknown} have no prompt in counselor_prompts (it has "
+                             f"{sorted(self.counselor_prompts)})")
+        if not self.variants:
+            raise ValueError("variants is empty: name at least one counselor prompt variant (vanilla, psycho)")
+        missing = sorted({"client", "supervisor", "counselor"} - set(self.scales))
+        if missing:
+            raise ValueError(f"scales lacks {missing}: the tripartite evaluation needs a rubric for each perspective")
+        return self
