@@ -1,0 +1,538 @@
+"""Ψ-Arena's closed loop: feedback on the lowest items, reflection, a rewritten prompt, a re-run.
+
+    python -m jobs.pipeline experiment=arena_demo iterations=2      (the chain runs this step)
+
+The method, as the code runs it (the paper's closed-loop optimization), for k = 1 .. `iterations`:
+1. every chain (card x counselor x prompt variant) stands at its latest session before k; the
+   chains whose latest session finished (status ok) and has all three scales evaluated are the
+   candidates, and `optimize.select` picks which are improved: `failed` (default) the sessions
+   that did not pass overall, `all` every one. A session that passed is carried forward: its
+   chain keeps it as its result. A chain whose latest session failed or is not fully evaluated
+   waits (a re-run with `retry_failed` redoes it);
+2. for each picked session, the feedback (`jobs.arena.feedback`): its `lowest_items` lowest scale
+   items with their definitions, anchors, scores and the evaluators' explanations, and the
+   knowledge base's `methods` methods for them with their guides; the session's own counselor
+   model reads `reflect.txt` (its current system prompt, the transcript, the feedback, the
+   guides) and answers JSON {reflection, revised_prompt} -> one `ITERATIONS` row;
+3. each rewritten prompt becomes the counselor's system prompt of a new session
+   `<card>|<counselor>|<variant>|it<k>` with the same card and client simulator, run through the
+   sessions step's machinery (`jobs.arena.sessions.run_sessions`);
+4. the new sessions are evaluated on the three scales (`jobs.arena.evaluate.evaluate_sessions`);
+5. one line: sessions re-run and the chains' pass rate before and after the iteration.
+
+`optimize.mode` is `prompt`: the counselor rewrites its system prompt and the whole session is
+re-run. Rewriting individual counselor responses inside a finished transcript (the paper's other
+variant) is not implemented: a rewritten response would no longer be what the client simulator
+answered, so the session would have to be re-simulated anyway.
+
+Everything is keyed (ITERATIONS and SESSIONS by session id, scores by session, evaluator and
+scale), so an interrupted loop resumes at its last finished iteration: what is written is
+skipped, what failed is asked again when `retry_failed`. Every iteration's sessions and scores
+are kept, so the before/after of each item is in the tables (the report draws them). What decides
+an iteration's rows (`select`, `lowest_items`, `methods`, the reflect prompt's and the knowledge
+base's bytes) is recorded in `RUN_DIR/run_inputs.json`: a re-run that changes it is refused;
+`iterations` may grow (more iterations continue the chains).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from analysis.arena.passing import COMPLETE, OVERALL_PASS, item_scores, session_results
+from jobs.arena import evaluate as evaluate_step
+from jobs.arena import sessions as sessions_step
+from jobs.arena.evaluate import EvaluateConfig
+from jobs.arena.feedback import build_feedback
+from jobs.arena.knowledge import load_knowledge_base
+from jobs.arena.schemas import CARDS, ITERATIONS, SESSIONS, SUBJECT_SESSION, session_id
+from jobs.arena.sessions import SessionsConfig
+from jobs.dialogue import strictest
+from jobs.dialogue.engine import render
+from jobs.preflight import FailureSummary, summarize
+from jobs.rubric import Rubric
+from jobs.rubric.parse import json_candidates
+from jobs.rundir import check_writable, file_fingerprint, record_inputs
+from jobs.runner import plan_text, run_model_stage
+from jobs.schemas import SCORES, STATUS_ERROR, STATUS_OK, STATUS_PARSE_ERROR
+from jobs.stage import ChatStage
+from jobs.store import TableStore, read_table
+from serving.config import GenerationOverrides
+from serving.configfiles import ConfigError, find_file, load_model
+from serving.governance import check_governance
+
+__all__ = ["OptimizeConfig", "OptimizeSettings", "ReflectStage", "chain_states", "parse_reflection",
+           "plan_reflections", "reflect_format", "run", "select_parents"]
+
+CHAIN = ("card_id", "counselor", "variant")
+# What reflect.txt is filled with (one pass: a transcript that quotes `{feedback}` stays as is).
+REFLECT_PLACEHOLDERS = ("counselor_prompt", "transcript", "feedback", "methods")
+NO_METHODS = "(no method suggested)"
+
+
+class OptimizeSettings(BaseModel):
+    """How the loop improves a counselor (the `optimize:` block of the config)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    select: Literal["failed", "all"] = Field(
+        "failed", description="Which evaluated sessions are improved: `failed` (did not pass overall; a session "
+        "that passed is carried forward) or `all`.")
+    lowest_items: int = Field(3, ge=1, description="How many of a session's lowest scale items are fed back.")
+    methods: int = Field(2, ge=0, description="How many knowledge-base methods are suggested for them (0: none).")
+    knowledge_base: str = Field("arena/knowledge_base.yaml",
+                                description="The counseling-methods knowledge base (on the config search path).")
+    reflect_prompt: str = Field(
+        "arena/reflect.txt", description="The reflection prompt: {counselor_prompt}, {transcript}, {feedback}, "
+        "{methods}; it asks for JSON {reflection, revised_prompt}.")
+    reflect_generation: GenerationOverrides = Field(
+        default_factory=lambda: GenerationOverrides(temperature=0.3, max_tokens=1024),
+        description="The counselor's sampling when it reflects and rewrites its prompt (1024 tokens: a "
+        "reflection and a whole system prompt; the psycho prompt alone is about 420).")
+    mode: Literal["prompt"] = Field(
+        "prompt", description="`prompt`: the counselor rewrites its system prompt and the session is re-run "
+        "(rewriting individual responses is not implemented).")
+
+
+class OptimizeConfig(SessionsConfig, EvaluateConfig):
+    """The loop: the sessions step's and the evaluate step's keys, and `optimize`."""
+
+    optimize: OptimizeSettings = Field(default_factory=OptimizeSettings,
+                                       description="How the closed loop improves the counselors.")
+
+
+# --- the reflection call --------------------------------------------------------------------------
+
+
+# Characters per token assumed when a hosted engine's grammar bounds the answer: low on purpose,
+# so that both strings fit in max_tokens and the JSON closes (a cut answer does not parse).
+CHARS_PER_TOKEN = 3
+
+
+def reflect_format(external: bool = False, max_tokens: int | None = None) -> dict[str, Any]:
+    """The `response_format` of a reflection: JSON {reflection, revised_prompt}, strict.
+
+    Hosted engines enforce maxLength by grammar, so the two strings are bounded to fit in
+    `max_tokens` (a quarter of the budget for the reflection, the rest for the prompt): a
+    counselor that writes on and on still closes its JSON instead of being cut mid-string.
+    External APIs' strict modes reject maxLength (as `jobs.judge` does for rubrics), so they get
+    the schema without it, and so does a call without a token limit."""
+    reflection: dict[str, Any] = {"type": "string"}
+    revised: dict[str, Any] = {"type": "string"}
+    if not external and max_tokens:
+        budget = CHARS_PER_TOKEN * int(max_tokens) - 40  # the keys, quotes and braces
+        reflection["maxLength"] = max(100, budget // 4)
+        revised["maxLength"] = max(200, budget - reflection["maxLength"])
+    schema = {
+        "type": "object",
+        "properties": {"reflection": reflection, "revised_prompt": revised},
+        "required": ["reflection", "revised_prompt"],
+        "additionalProperties": False,
+    }
+    return {"type": "json_schema", "json_schema": {"name": "arena_reflection", "schema": schema, "strict": True}}
+
+
+def _norm(key: Any) -> str:
+    return re.sub(r"[^a-z]", "", str(key).lower())
+
+
+_PROMPT_KEYS = ("revisedprompt", "revisedsystemprompt", "newprompt", "newsystemprompt", "rewrittenprompt",
+                "improvedprompt", "systemprompt", "prompt")
+
+
+def parse_reflection(raw: str | None, finish_reason: str | None = None) -> tuple[str | None, str | None, str | None]:
+    """`(reflection, revised_prompt, error)` from a counselor's answer, read leniently (fences,
+    prose around the JSON, single quotes, a key spelled `revisedPrompt` or `revised prompt`, one
+    level of nesting). `error` is None when a non-empty revised prompt was found; the reflection
+    may be missing."""
+    if raw is None or not raw.strip():
+        return None, None, "empty answer" + _cut(finish_reason)
+    objects: list[dict] = []
+    for value in json_candidates(raw, whole=True):
+        if isinstance(value, dict):
+            objects.append(value)
+            objects += [v for v in value.values() if isinstance(v, dict)]
+    if not objects:
+        return None, None, "no JSON object in the answer" + _cut(finish_reason)
+    reflection = None
+    for obj in objects:
+        keys = {_norm(k): v for k, v in obj.items()}
+        if reflection is None and isinstance(keys.get("reflection"), str) and keys["reflection"].strip():
+            reflection = keys["reflection"].strip()
+        for k in _PROMPT_KEYS:
+            v = keys.get(k)
+            if isinstance(v, str) and v.strip():
+                r = keys.get("reflection")
+                return (r.strip() if isinstance(r, str) and r.strip() else reflection), v.strip(), None
+    if any(_norm(k) in _PROMPT_KEYS for obj in objects for k in obj):
+        return reflection, None, "revised_prompt is empty or not a string"
+    return reflection, None, "the answer has no revised_prompt"
+
+
+def _cut(finish_reason: str | None) -> str:
+    return (" (the answer was cut at max_tokens: raise optimize.reflect_generation.max_tokens)"
+            if finish_reason == "length" else "")
+
+
+class ReflectStage(ChatStage):
+    """One reflection per row: the filled reflect prompt to the session's counselor model, JSON
+    {reflection, revised_prompt} back, one ITERATIONS row (ok, parse_error with the reason, or
+    error when the call failed). Each row is sent with its card's sensitivity."""
+
+    table = ITERATIONS
+    PLAN_FIELDS = ("session_id", "parent_session_id", "card_id", "counselor", "variant", "iteration",
+                   "lowest_items", "methods", "feedback")
+
+    def __init__(self, endpoints, concurrency_share, sensitivity, overrides: dict, run_id: str):
+        super().__init__(endpoints, concurrency_share, sensitivity)
+        self.run_id = run_id
+        self.params = {n: self.client.endpoint(n).model.params(overrides) for n in self.client.models}
+
+    def _plan(self, row: dict[str, Any]) -> dict[str, Any]:
+        out = {k: row.get(k) for k in self.PLAN_FIELDS}
+        for k in ("lowest_items", "methods"):
+            out[k] = [str(x) for x in out[k]] if out[k] is not None else []
+        params = self.params.get(row.get("counselor"))
+        if params is not None:
+            out.update(temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens,
+                       seed=params.seed)
+        return {**out, "run_id": self.run_id, "created_at": datetime.now(timezone.utc)}
+
+    def failed_rows(self, row: dict[str, Any], error: str) -> list[dict[str, Any]]:
+        return [{**self._plan(row), "status": STATUS_ERROR, "error": error}]
+
+    async def process_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        model = row["counselor"]
+        sensitivity = row.get("sensitivity") or self.sensitivity
+        external = self.client.endpoint(model).model.locality == "external"
+        params = self.params[model]
+        result = await self.client.chat(model, [{"role": "user", "content": row["prompt"]}], params,
+                                        response_format=reflect_format(external, params.max_tokens),
+                                        sensitivity=sensitivity, request_key=f"{row['session_id']}#reflect")
+        out = {**self._plan(row), "raw": result.content, "attempts": result.attempts,
+               "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+               "latency_s": result.latency_s, "finish_reason": result.finish_reason}
+        if not result.ok:
+            return {**out, "status": STATUS_ERROR, "error": result.error}
+        reflection, revised, error = parse_reflection(result.content, result.finish_reason)
+        if error:
+            return {**out, "reflection": reflection, "status": STATUS_PARSE_ERROR, "error": error}
+        return {**out, "reflection": reflection, "revised_prompt": revised, "status": STATUS_OK, "error": None}
+
+
+# --- choosing what to improve ---------------------------------------------------------------------
+
+
+def chain_states(sessions: pd.DataFrame, results: pd.DataFrame, before: int, models: list[str] | None = None,
+                 variants: list[str] | None = None, card_ids: set[str] | None = None) -> pd.DataFrame:
+    """Each chain's latest session of an iteration below `before`: the SESSIONS columns plus
+    `complete` and `overall_pass` (from `session_results`) and `usable` (status ok and fully
+    evaluated). Only the chains of `models`, `variants` and `card_ids` when given."""
+    s = sessions
+    if s.empty:
+        return s.assign(complete=pd.Series(dtype=bool), overall_pass=pd.Series(dtype="boolean"),
+                        usable=pd.Series(dtype=bool))
+    keep = s["iteration"].astype(int) < before
+    if models is not None:
+        keep &= s["counselor"].isin(models)
+    if variants is not None:
+        keep &= s["variant"].isin(variants)
+    if card_ids is not None:
+        keep &= s["card_id"].astype(str).isin(card_ids)
+    s = s[keep].assign(iteration=lambda d: d["iteration"].astype(int))
+    latest = s.sort_values([*CHAIN, "iteration"], kind="stable").groupby(list(CHAIN), sort=True).tail(1)
+    r = results[["subject_id", COMPLETE, OVERALL_PASS]] if not results.empty else pd.DataFrame(
+        {"subject_id": pd.Series(dtype=object), COMPLETE: pd.Series(dtype=bool),
+         OVERALL_PASS: pd.Series(dtype="boolean")})
+    out = latest.merge(r, left_on="session_id", right_on="subject_id", how="left").drop(columns="subject_id")
+    out[COMPLETE] = out[COMPLETE].astype("boolean").fillna(False).astype(bool)
+    out[OVERALL_PASS] = out[OVERALL_PASS].astype("boolean")
+    out["usable"] = out["status"].eq(STATUS_OK) & out[COMPLETE]
+    return out.sort_values(list(CHAIN), kind="stable").reset_index(drop=True)
+
+
+def select_parents(states: pd.DataFrame, select: str) -> pd.DataFrame:
+    """The chains' latest sessions to improve: usable ones, and with `failed` only those that did
+    not pass overall (a pass is carried forward)."""
+    usable = states[states["usable"]]
+    if select == "all":
+        return usable.reset_index(drop=True)
+    passed = usable[OVERALL_PASS].fillna(False).astype(bool)
+    return usable[~passed].reset_index(drop=True)
+
+
+def _explanations(scores: pd.DataFrame, rubrics: dict[str, Rubric], ids: set[str]) -> dict[str, dict[str, list[str]]]:
+    """session id -> role -> the explanations its evaluators wrote (one per evaluation)."""
+    role_of = {r.name: role for role, r in rubrics.items()}
+    out: dict[str, dict[str, list[str]]] = {}
+    if scores.empty:
+        return out
+    s = scores[scores["subject_type"].eq(SUBJECT_SESSION) & scores["subject_id"].isin(ids)
+               & scores["rubric"].isin(role_of) & scores["explanation"].notna()]
+    s = s.drop_duplicates(["subject_id", "judge", "rubric"]).sort_values(["subject_id", "rubric", "judge"])
+    for sid, rubric, text in zip(s["subject_id"], s["rubric"], s["explanation"]):
+        if str(text).strip():
+            out.setdefault(sid, {}).setdefault(role_of[rubric], []).append(str(text))
+    return out
+
+
+def plan_reflections(parents: pd.DataFrame, k: int, scores: pd.DataFrame, rubrics: dict[str, Rubric], kb: Any,
+                     settings: OptimizeSettings, template: str, sensitivity_of: dict[str, str],
+                     transcript_of: Any, prompt_of: dict[str, str] | None = None) -> pd.DataFrame:
+    """One reflection row per parent: the new session's id (iteration k), the feedback, the filled
+    reflect prompt and the card's sensitivity (missing or not `public`: restricted).
+
+    `transcript_of(turns) -> str` renders a transcript; `prompt_of` gives a variant's prompt for
+    a parent that recorded none."""
+    cols = [*ReflectStage.PLAN_FIELDS, "prompt", "sensitivity"]
+    if parents.empty:
+        return pd.DataFrame(columns=cols)
+    items = item_scores(scores, rubrics)
+    said = _explanations(scores, rubrics, set(parents["session_id"]))
+    rows = []
+    for p in parents.to_dict("records"):
+        fb = build_feedback(p["session_id"], items, said.get(p["session_id"], {}), rubrics, kb,
+                            settings.lowest_items, settings.methods)
+        counselor_prompt = p.get("counselor_prompt")
+        if counselor_prompt is None or (isinstance(counselor_prompt, float) and pd.isna(counselor_prompt)):
+            counselor_prompt = (prompt_of or {}).get(p["variant"], "")
+        prompt = render(template, {"counselor_prompt": counselor_prompt, "transcript": transcript_of(p.get("turns")),
+                                   "feedback": fb.text, "methods": fb.guides or NO_METHODS})
+        card = str(p["card_id"])
+        rows.append({
+            "session_id": session_id(card, p["counselor"], p["variant"], k), "parent_session_id": p["session_id"],
+            "card_id": card, "counselor": p["counselor"], "variant": p["variant"], "iteration": k,
+            "lowest_items": fb.lowest_items, "methods": fb.methods, "feedback": fb.text, "prompt": prompt,
+            "sensitivity": strictest(sensitivity_of.get(card)),
+        })
+    return pd.DataFrame(rows, columns=cols)
+
+
+def pass_counts(states: pd.DataFrame) -> tuple[int, int]:
+    """(passed, usable) over chains' states."""
+    usable = states[states["usable"]]
+    return int(usable[OVERALL_PASS].fillna(False).astype(bool).sum()), len(usable)
+
+
+# --- the loop -------------------------------------------------------------------------------------
+
+
+def read_reflect_prompt(ref: str) -> str:
+    """The reflect prompt's text; a `ConfigError` naming the file when it cannot show the counselor
+    its prompt or the feedback."""
+    path = find_file(ref, what="reflect prompt (optimize.reflect_prompt)")
+    text = path.read_text(encoding="utf-8")
+    missing = [p for p in ("counselor_prompt", "feedback") if "{" + p + "}" not in text]
+    if missing:
+        raise ConfigError(f"reflect prompt {path}: it has no {', '.join('{' + m + '}' for m in missing)}; the "
+                          f"counselor must see its prompt and the feedback (placeholders: "
+                          f"{', '.join('{' + p + '}' for p in REFLECT_PLACEHOLDERS)})")
+    return text
+
+
+def _card_sensitivity(run_dir: Path) -> dict[str, str]:
+    cards = read_table(run_dir, CARDS)
+    return dict(zip(cards["card_id"].astype(str), cards["sensitivity"])) if not cards.empty else {}
+
+
+def _variant_prompts(cfg: OptimizeConfig) -> dict[str, str]:
+    return {v: find_file(ref, what=f"counselor prompt of variant {v!r}").read_text(encoding="utf-8")
+            for v, ref in cfg.counselor_prompts.items() if v in cfg.variants}
+
+
+def _worst(codes: list[int]) -> int:
+    big = [c for c in codes if c > 1]
+    return big[0] if big else max(codes, default=0)
+
+
+def run(cfg: OptimizeConfig) -> int:
+    """The loop's iterations; the exit code is the worst of its steps' (2 or more stops it)."""
+    settings = cfg.optimize
+    run_dir = Path(cfg.run_dir)
+    if cfg.iterations == 0:
+        print("optimize: iterations=0: no optimization", flush=True)
+        return 0
+    if not cfg.judges:  # before any reflection: each iteration ends with the three scales
+        raise ConfigError("no judges: the re-run sessions are scored on the supervisor scale too; set "
+                          "judges=[model,...] (model files in conf/model/)")
+    kb = load_knowledge_base(settings.knowledge_base)
+    template = read_reflect_prompt(settings.reflect_prompt)
+    rubrics = evaluate_step.load_scales(cfg)
+    counselors = {name: load_model(name) for name in cfg.models}
+    if cfg.dry_run:
+        return print_plan(cfg, run_dir, counselors)
+    if read_table(run_dir, SESSIONS).empty:
+        raise ConfigError(f"no sessions in {run_dir / SESSIONS.name}: run the sessions and evaluate steps on this "
+                          "run_dir first (python -m jobs.pipeline experiment=... runs them before optimize)")
+    decides = {"optimize.mode": settings.mode, "optimize.select": settings.select,
+               "optimize.lowest_items": settings.lowest_items, "optimize.methods": settings.methods,
+               "reflect prompt": file_fingerprint(find_file(settings.reflect_prompt)),
+               "knowledge base": file_fingerprint(find_file(settings.knowledge_base))}
+    for line in record_inputs(run_dir, "optimize", decides=decides,
+                              may_grow={"models": list(cfg.models), "variants": list(cfg.variants),
+                                        "iterations": cfg.iterations}):
+        print(f"run: {line}", flush=True)
+    check_writable([run_dir / ITERATIONS.name, run_dir / SESSIONS.name])
+    cards = sessions_step.ok_cards(run_dir)
+    context = dict(cards=cards, card_ids=set(cards["card_id"].astype(str)), sensitivity=_card_sensitivity(run_dir),
+                   rubrics=rubrics, kb=kb, template=template, counselors=counselors,
+                   prompts=_variant_prompts(cfg))
+    codes: list[int] = []
+    for k in range(1, cfg.iterations + 1):
+        code = run_iteration(cfg, k, **context)
+        if code is None:
+            break
+        codes.append(code)
+        if code > 1:
+            return code
+    return _worst(codes)
+
+
+def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids: set[str],
+                  sensitivity: dict[str, str], rubrics: dict[str, Rubric], kb: Any, template: str,
+                  counselors: dict[str, Any], prompts: dict[str, str]) -> int | None:
+    """Iteration k: reflect, re-run, re-evaluate, report. None when no session is left to improve."""
+    run_dir = Path(cfg.run_dir)
+    settings = cfg.optimize
+    scores = read_table(run_dir, SCORES)
+    sessions = read_table(run_dir, SESSIONS)
+    before = chain_states(sessions, session_results(scores, rubrics), k, cfg.models, cfg.variants, card_ids)
+    parents = select_parents(before, settings.select)
+    store = TableStore(run_dir, ITERATIONS, writer=True)
+    written = store.read()
+    pending = written[written["iteration"].eq(k) & written["status"].eq(STATUS_OK)] if not written.empty else written
+    if parents.empty and pending.empty:
+        passed, usable = pass_counts(before)
+        waiting = int((~before["usable"]).sum()) if not before.empty else 0
+        print(f"optimize: iteration {k}: no session left to optimize ({passed} of {usable} evaluated chains "
+              f"passed{f', {waiting} waiting for a finished, fully evaluated session' if waiting else ''}); "
+              "stopping", flush=True)
+        return None
+    codes: list[int] = []
+
+    # (2) reflections: the feedback and the counselor's rewritten prompt
+    planned = plan_reflections(parents, k, scores, rubrics, kb, settings, template, sensitivity,
+                               sessions_step.render_transcript, prompts)
+    keys = {(sid,) for sid in planned["session_id"]}
+    if cfg.retry_failed and keys:
+        redo = store.drop_failed(keys)
+        if redo:
+            print(f"resume: {redo} reflection(s) of iteration {k} that failed or did not parse will be asked again",
+                  flush=True)
+    done = store.existing_keys()
+    todo = planned[[(sid,) not in done for sid in planned["session_id"]]].reset_index(drop=True)
+    print(f"reflect it{k}: {len(todo)} reflection(s) to request, {len(planned) - len(todo)} already written",
+          flush=True)
+    if not todo.empty:
+        for counselor, card, sens in zip(todo["counselor"], todo["card_id"], todo["sensitivity"]):
+            check_governance(counselors[counselor], sens, f"card {card} (its session's transcript)")
+        models = [counselors[m] for m in sorted(set(todo["counselor"]))]
+        overall = strictest(*todo["sensitivity"])
+        counts = run_model_stage(todo, models, ReflectStage,
+                                 dict(overrides=settings.reflect_generation.as_dict(), run_id=run_dir.name),
+                                 store, sensitivity=overall, run=cfg, desc=f"reflect it{k}")
+        codes.append(summarize(f"reflect it{k}", counts["ok"], counts["failed"],
+                               getattr(counts, "failures", None) or FailureSummary(), cfg.max_failed_fraction,
+                               "iterations", store.dir))
+
+    # (3) the sessions with the rewritten prompts
+    its = store.read()
+    ok = its[its["iteration"].eq(k) & its["status"].eq(STATUS_OK) & its["counselor"].isin(cfg.models)
+             & its["variant"].isin(cfg.variants) & its["card_id"].astype(str).isin(card_ids)]
+    plans = [sessions_step.SessionPlan(session_id=r["session_id"], card_id=str(r["card_id"]), counselor=r["counselor"],
+                                       variant=r["variant"], iteration=k, parent_session_id=r["parent_session_id"],
+                                       counselor_prompt=r["revised_prompt"])
+             for r in ok.to_dict("records")]
+    status_of = dict(zip(sessions["session_id"], sessions["status"])) if not sessions.empty else {}
+    to_run = [p for p in plans if p.session_id not in status_of
+              or (cfg.retry_failed and status_of[p.session_id] != STATUS_OK)]
+    print(f"sessions it{k}: {len(to_run)} session(s) to run with a rewritten prompt, "
+          f"{len(plans) - len(to_run)} already written", flush=True)
+    if to_run:
+        res = sessions_step.run_sessions(to_run, cards, cfg, desc=f"sessions it{k}")
+        codes.append(summarize(f"sessions it{k}", res["ok"], res["failed"],
+                               getattr(res, "failures", None) or FailureSummary(), cfg.max_failed_fraction,
+                               "sessions", run_dir / SESSIONS.name))
+        if _worst(codes) > 1:
+            return _worst(codes)
+
+    # (4) their evaluation on the three scales
+    new_ids = {p.session_id for p in plans}
+    if new_ids:
+        codes.append(evaluate_step.evaluate_sessions(cfg, new_ids, desc=f"evaluate it{k}"))
+        if _worst(codes) > 1:
+            return _worst(codes)
+
+    # (5) before and after, over the chains that had an evaluated session before
+    scores = read_table(run_dir, SCORES)
+    sessions = read_table(run_dir, SESSIONS)
+    after = chain_states(sessions, session_results(scores, rubrics), k + 1, cfg.models, cfg.variants, card_ids)
+    x, y = pass_counts(before)
+    x2 = _after_passes(before, after, k)
+    rerun = int((after["usable"] & after["iteration"].eq(k)).sum()) if not after.empty else 0
+    print(f"optimize: iteration {k}: {rerun} sessions re-run, pass rate before {x}/{y} after {x2}/{y}", flush=True)
+    return _worst(codes)
+
+
+def _after_passes(before: pd.DataFrame, after: pd.DataFrame, k: int) -> int:
+    """Passes after iteration k over the chains usable before it: a chain's new session when it
+    finished and is fully evaluated, else its session before (carried forward)."""
+    b = before[before["usable"]].set_index(list(CHAIN))
+    if b.empty:
+        return 0
+    new = after[after["usable"] & after["iteration"].eq(k)].set_index(list(CHAIN))
+    result = b[OVERALL_PASS].fillna(False).astype(bool)
+    got = new[OVERALL_PASS].fillna(False).astype(bool).reindex(result.index)
+    return int(got.where(got.notna(), result).astype(bool).sum())
+
+
+# --- the plan -------------------------------------------------------------------------------------
+
+
+def planned_chains(cfg: OptimizeConfig, run_dir: Path) -> int | None:
+    """Chains the loop could improve: the run's iteration-0 sessions of this config when written,
+    else its ok cards (or the dataset's limit) x models x variants; None when unknown."""
+    sessions = read_table(run_dir, SESSIONS)
+    if not sessions.empty:
+        s = sessions[sessions["iteration"].astype(int).eq(0) & sessions["counselor"].isin(cfg.models)
+                     & sessions["variant"].isin(cfg.variants)]
+        if len(s):
+            return len(s)
+    cards = read_table(run_dir, CARDS)
+    n_cards = int(cards["status"].eq(STATUS_OK).sum()) if not cards.empty else 0
+    n_cards = n_cards or getattr(getattr(cfg, "dataset", None), "limit", None)
+    return n_cards * len(cfg.models) * len(cfg.variants) if n_cards else None
+
+
+def print_plan(cfg: OptimizeConfig, run_dir: Path, counselors: dict[str, Any]) -> int:
+    """A dry run: at most every chain re-run in every iteration (with `select: failed`, only the
+    sessions that failed are): calls per iteration, then tokens and GPUs per kind of call."""
+    n = planned_chains(cfg, run_dir)
+    if n is None:
+        print("optimize (planned): the run has no cards yet; nothing to plan", flush=True)
+        return 0
+    evaluators = [cfg.client_model, *cfg.judges]
+    per_eval = len(evaluators) + 1  # + the counselor's self-assessment
+    for k in range(1, cfg.iterations + 1):
+        print(f"optimize (planned): iteration {k}: at most {n} session(s) re-run: {n} reflection call(s), "
+              f"{n * cfg.rounds} counselor and {n * cfg.rounds} client turn(s), {n * per_eval} evaluation(s)",
+              flush=True)
+    it = cfg.iterations
+    names = [m for m in cfg.models for _ in range(n // max(1, len(cfg.models)))]
+    blocks = [
+        ("reflections", list(counselors.values()), names * it, cfg.optimize.reflect_generation),
+        ("counselor turns", list(counselors.values()), names * it * cfg.rounds, cfg.generation),
+        ("client turns", [load_model(cfg.client_model)], [cfg.client_model] * n * it * cfg.rounds,
+         cfg.client_generation),
+        ("evaluations", [load_model(e) for e in dict.fromkeys([*evaluators, *cfg.models])],
+         [e for e in evaluators for _ in range(n * it)] + names * it, cfg.judge_generation),
+    ]
+    for what, models, calls, overrides in blocks:
+        print(f"optimize (planned): {what} over {it} iteration(s):", flush=True)
+        print(plan_text(models, pd.DataFrame({"model": calls}), overrides), flush=True)
+    return 0
