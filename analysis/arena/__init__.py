@@ -1,0 +1,35 @@
+"""Ψ-Arena's analysis: pass rates and mean scores per scale (the paper's Table 2), pass rate per
+optimization iteration (Figure 4), scores by theme (Figure 5) and by item, the optimization's
+before/after table, and agreement with human expert rankings (Cohen's kappa, Spearman).
+
+Reads the run's SCORES table (`jobs.schemas`, subject_type `session`) and the method's own
+tables by their folder names (`cards`, `sessions`, `iterations`, `rankings`), never the method's
+job code; item names and pass marks come from the three scale rubric files.
+
+- `passing`    each session's totals and passes (also imported by the optimization loop)
+- `data`       the run's tables, the scale rubrics, sessions joined with their results
+- `tables`     Table 2, pass rate per iteration, themes, items, before/after, cards, sessions
+- `agreement`  human expert rankings vs the evaluation: Cohen's kappa and Spearman's rho
+- `report`     `build_report(run_dir)`: report.html, tables/, figures/; `headline(run_dir)`
+
+`passing` is kept free of the report's imports: the optimization job imports it cheaply.
+"""
+
+from analysis.arena.passing import (
+    COMPLETE, OVERALL_PASS, ROLES, SUBJECT_SESSION, TOTAL, item_scores, lowest_items, n_col, pass_col,
+    passes, session_results, total_col,
+)
+
+__all__ = [
+    "SUBJECT_SESSION", "ROLES", "TOTAL", "OVERALL_PASS", "COMPLETE", "total_col", "pass_col", "n_col",
+    "passes", "session_results", "item_scores", "lowest_items", "build_report", "headline",
+]
+
+
+def __getattr__(name: str):
+    # The report pulls in matplotlib: imported on first use only.
+    if name in ("build_report", "headline"):
+        from analysis.arena import report
+
+        return getattr(report, name)
+    raise AttributeError(f"module 'analysis.arena' has no attribute {name!r}")

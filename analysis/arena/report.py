@@ -1,0 +1,371 @@
+"""One self-contained HTML report of a Ψ-Arena run, plus its tables and figures.
+
+    python -m analysis.report RUN_DIR [--out DIR] [--scales client=NAME,supervisor=NAME,counselor=NAME]
+
+(`analysis.report` finds the run's method and calls `build_report` here.) Writes DIR (default
+RUN_DIR/report) with `tables/*.csv`, `tables/*.md`, `figures/*.png` and `report.html`: one
+section per part of the method (the client cards, the sessions, Table 2, the items, the themes
+of Figure 5, the optimization loop with Figure 4 and its before/after table, the agreement with
+human expert rankings). A section whose input is missing says so instead of failing.
+`headline(run_dir)` gives a sweep's summary its numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import html
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis import figures
+from analysis.arena import agreement as ag
+from analysis.arena import tables as tb
+from analysis.arena.data import (
+    CARDS_DIR, COUNSELOR, ITERATION, ITERATIONS_DIR, LOWEST_ITEMS, OVERALL, RANKINGS_DIR, SESSIONS_DIR, VARIANT,
+    EVALUATOR_ROLE, Scales, find_scales, load_cards, load_iterations, load_rankings, load_sessions, model_label,
+    session_frame,
+)
+from analysis.arena.passing import (
+    ROLES, SUBJECT_SESSION, TOTAL, item_scores, ordered_roles, session_results, session_scores,
+)
+from analysis.columns import JUDGE, SUBJECT_TYPE
+from analysis.scores import load_scores, status_counts
+from analysis.writer import ReportWriter, Section
+
+SCALE_TITLES = {"client": "client scale", "supervisor": "supervisor scale", "counselor": "counselor self-assessment"}
+
+HOW_TO_READ = (
+    "Each session is a counseling conversation between a counselor model under test (with the plain "
+    "<code>vanilla</code> system prompt or the counseling <code>psycho</code> prompt) and a client simulator "
+    "playing one client card, round by round (a round: the client speaks, then the counselor), the client "
+    "moving through trust-building, diagnosis and solution exploration. Three perspectives score the whole "
+    "transcript: the simulated client (client scale, items 0-4, passes with a total above 42), one or more "
+    "supervisors (supervisor scale, items 0-4, passes above 24; several supervisor judges are averaged, "
+    "their mean total must be above the mark) and the counselor itself (self-assessment, items 0-5, passes "
+    "above 35). \"Above\" is strict: a client total of 42 fails, 43 passes. A total is the sum of every item; "
+    "an item that was out of range (recorded as invalid, never clipped), unreadable or not returned has no "
+    "score, so that evaluator's total is missing rather than smaller. A session passes overall when all three "
+    "scales pass; a pass rate is the share of sessions whose pass is known (n beside it). Iteration 0 is the "
+    "first evaluation. The optimization loop takes a session, feeds the counselor its lowest-scoring items "
+    "with matching counseling methods from the knowledge base, lets it reflect and rewrite its prompt, re-runs "
+    "the session with the same card and re-evaluates it: iteration k is the k-th re-run. A chain is one card, "
+    "counselor and prompt variant with its re-runs; the pass rate at iteration k counts each chain's latest "
+    "evaluated session up to k, so a session that passed and was not optimized further stays passed."
+)
+
+
+def _sec_missing(w: ReportWriter, sid: str, title: str, why: str) -> Section:
+    sec = w.section(sid, title)
+    w.missing(sec, why)
+    return sec
+
+
+def _scales_text(scales: Scales) -> str:
+    parts = []
+    for role in ROLES:
+        r = scales.rubrics.get(role)
+        if r is None:
+            parts.append(f"{role}: none ({scales.problems.get(role, 'not found')})")
+            continue
+        agg = r.aggregates[TOTAL]
+        lo, hi = tb.total_range(r)
+        mark = f"above {agg.pass_above:g}" if agg.pass_above is not None else f"at least {agg.pass_at_least:g}"
+        parts.append(f"{role}: <code>{html.escape(r.name)}</code> v{html.escape(r.version)}, "
+                     f"{len(agg.items)} items, total {lo:g}-{hi:g}, passes {mark}")
+    return "; ".join(parts)
+
+
+# --- sections ------------------------------------------------------------------------------------
+
+def _cards(w: ReportWriter, cards: pd.DataFrame | None) -> None:
+    sec = w.section("cards", "Client cards")
+    if cards is None or cards.empty:
+        w.missing(sec, f"The run has no {CARDS_DIR} table: no client cards to describe.")
+        return
+    t = tb.card_tables(cards)
+    w.table(sec, t["status"], "cards_status", "Client cards per status",
+            "ok: a card the sessions use; invalid (a required field missing or out of the taxonomy), parse_error "
+            "(the extractor's answer was no JSON card) and error (the call failed) keep their reason.")
+    if len(t["themes"]):
+        w.table(sec, t["themes"], "cards_by_theme", "Usable cards per core theme, with their topics")
+    if len(t["failed"]):
+        w.table(sec, t["failed"], "cards_failed", "Cards that could not be made, and why")
+
+
+def _sessions(w: ReportWriter, sessions: pd.DataFrame | None, frame: pd.DataFrame | None,
+              scores: pd.DataFrame) -> None:
+    sec = w.section("sessions", "Sessions and their evaluation")
+    if sessions is None or sessions.empty:
+        w.missing(sec, f"The run has no {SESSIONS_DIR} table: no sessions were run.")
+    else:
+        t = tb.session_tables(sessions, frame)
+        w.table(sec, t["counts"], "sessions_counts", "Sessions per counselor, prompt variant and iteration",
+                "ok: every planned round was completed; failed: the session stopped midway (its completed rounds "
+                "are kept). evaluated: all three scales have a valid total.")
+        if len(t["failed"]):
+            w.table(sec, t["failed"], "sessions_failed", "Sessions that failed, and where they stopped",
+                    "n_rounds: rounds completed; stopped_at_round: the last completed round.")
+    s = session_scores(scores)
+    if s.empty:
+        w.missing(sec, "No session scores in this run: the sessions were not evaluated.")
+        return
+    w.table(sec, status_counts(s, by=[EVALUATOR_ROLE, JUDGE]), "evaluation_status",
+            "Item scores per evaluator role, evaluator and status",
+            "Only ok item scores count. invalid: a value outside the item's range, recorded and never clipped; "
+            "parse_error: no readable value; error: the evaluator's call failed.")
+
+
+def _table2(w: ReportWriter, frame: pd.DataFrame, rubrics) -> None:
+    sec = w.section("table2", "Table 2. Mean scores and pass rates per counselor, vanilla vs psycho")
+    t2 = tb.table2(frame, rubrics)
+    if t2.empty:
+        w.missing(sec, "No iteration-0 session in this run: no Table 2.")
+        return
+    w.file_only(t2, "table2_long", "Table 2 (one row per counselor and variant)", digits=3)
+    w.table(sec, tb.side_by_side(t2, drop=("n_evaluated", "n_overall")), "table2", "Table 2. Iteration 0: mean total and pass rate per scale, overall "
+            "pass rate, per counselor and prompt variant",
+            "n_sessions: iteration-0 sessions run (tables/table2_long.csv adds n_evaluated, all three scales "
+            "valid, and n_overall, the sessions whose three passes are known). &lt;role&gt;_mean: mean total over "
+            "the sessions where it is valid; pass rates are shares (0-1) of the sessions whose pass is known.",
+            digits=3)
+    rates = t2[[f"{r}_pass_rate" for r in ordered_roles(rubrics)] + ["overall_pass_rate"]]
+    rates = rates.rename(columns=lambda c: c.replace("_pass_rate", ""))
+    rates.index = [model_label(c, v) for c, v in rates.index]
+    if rates.notna().any().any():
+        w.figure(sec, figures.grouped_bars(rates, w.figures_dir / "table2_pass_rates.png",
+                                           "Pass rate per scale at iteration 0", "pass rate", zero_line=False),
+                 "Figure. Pass rate per scale and overall (groups), one bar per counselor/variant.")
+
+
+def _items(w: ReportWriter, items: pd.DataFrame, frame: pd.DataFrame) -> None:
+    sec = w.section("items", "Scores by item")
+    t = tb.item_table(items, frame)
+    if t.empty:
+        w.missing(sec, "No valid item score on an iteration-0 session: no item table.")
+        return
+    w.table(sec, t, "items_by_variant", "Mean score of each item per prompt variant (iteration 0)",
+            "Per session, an item's score is the mean over that scale's evaluators of their valid scores; the "
+            "table averages sessions. Client and supervisor items are 0-4, counselor items 0-5.", digits=2)
+    w.file_only(tb.item_table(items, frame, by_counselor=True), "items_by_counselor",
+                "Mean score of each item per counselor and prompt variant (iteration 0)", digits=3)
+
+
+def _themes(w: ReportWriter, frame: pd.DataFrame, rubrics) -> None:
+    sec = w.section("themes", "Scores by theme (Figure 5)")
+    th = tb.theme_table(frame, rubrics)
+    if th.empty:
+        w.missing(sec, "No iteration-0 session in this run: no scores by theme.")
+        return
+    w.table(sec, th, "themes", "Mean normalized total per core theme, counselor and prompt variant (iteration 0)",
+            "&lt;role&gt;_norm: the scale's total rescaled to 0-1 ((total - lowest) / (highest - lowest)); "
+            "overall_norm: the mean of the three, over the sessions where all three are known. Themes come from "
+            "the sessions' cards.", digits=3)
+    heat = tb.theme_heatmap_frame(th)
+    if not heat.empty and np.isfinite(heat.to_numpy(dtype=float)).any():
+        w.figure(sec, figures.heatmap(heat, w.figures_dir / "figure5_themes.png",
+                                      "Mean normalized overall score per theme", "normalized score (0-1)"),
+                 "Figure 5. Mean normalized overall score (mean of the three scales, 0-1) per theme and "
+                 "counselor/variant.")
+
+
+def _lines(curves: Mapping[str, pd.DataFrame], path: Path, title: str) -> Path:
+    """One panel per measure, one line per counselor/variant: pass rate by iteration."""
+    fig = Figure(figsize=(4 * len(curves), 3.8))
+    for k, (measure, t) in enumerate(curves.items()):
+        ax = fig.add_subplot(1, len(curves), k + 1)
+        for j, col in enumerate(t.columns):
+            ax.plot(t.index, t[col], marker="o", label=col, color=figures.judge_color(j))
+        ax.set_xticks(list(t.index))
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_xlabel("iteration")
+        ax.set_title(measure)
+        ax.grid(alpha=0.3)
+        if k == 0:
+            ax.set_ylabel("pass rate")
+            ax.legend(fontsize=7)
+    fig.suptitle(title)
+    return figures.save(fig, path)
+
+
+def _optimization(w: ReportWriter, frame: pd.DataFrame, items: pd.DataFrame, rubrics,
+                  iterations: pd.DataFrame | None) -> None:
+    sec = w.section("optimization", "Closed-loop optimization (Figure 4 and before / after)")
+    if frame.empty or frame[ITERATION].max() < 1:
+        w.missing(sec, "No optimized session (iteration 1 or later) in this run: the optimization loop did not run "
+                  "(iterations=0) or had nothing to improve.")
+        per = tb.pass_by_iteration(frame, rubrics) if not frame.empty else None
+        if per is not None and len(per):
+            w.table(sec, per.set_index([COUNSELOR, VARIANT, tb.MEASURE, ITERATION]), "pass_by_iteration",
+                    "Pass rate at iteration 0 per counselor, variant and scale")
+        return
+    per = tb.pass_by_iteration(frame, rubrics)
+    pooled = tb.pass_by_iteration(frame, rubrics, by=())
+    w.file_only(per, "pass_by_iteration", "Figure 4: pass rate per iteration, counselor, variant and measure")
+    overall = tb.iteration_curves(per, OVERALL)
+    overall["all chains"] = pooled[pooled[tb.MEASURE] == OVERALL].set_index(ITERATION)["pass_rate"]
+    n = pooled[pooled[tb.MEASURE] == OVERALL].set_index(ITERATION)[tb.N].rename("n chains (all)")
+    w.table(sec, overall.join(n), "figure4_overall", "Figure 4. Overall pass rate after each optimization iteration",
+            "Each chain (card x counselor x variant) counts its latest evaluated session up to iteration k; "
+            "iteration 0 is before any optimization. Per scale: tables/pass_by_iteration.csv.", digits=3)
+    curves = {m: tb.iteration_curves(per, m) for m in tb.measures(rubrics)}
+    curves = {m: t for m, t in curves.items() if not t.empty}
+    if curves:
+        w.figure(sec, _lines(curves, w.figures_dir / "figure4_pass_by_iteration.png",
+                             "Pass rate per optimization iteration"),
+                 "Figure 4. Pass rate per scale and overall after each optimization iteration, per counselor/variant.")
+    ba = tb.before_after(frame, items, rubrics)
+    chains = ba["chains"]
+    compared = chains.dropna(subset=["before_session", "after_session"]) if len(chains) else chains
+    w.text(sec, f"{len(chains)} chain(s) were optimized; {len(compared)} have a fully evaluated session at "
+                "iteration 0 and after their last iteration, and make the before / after tables.")
+    if ba["passes"].empty:
+        w.missing(sec, "No optimized chain has both sessions fully evaluated: no before / after table.")
+    else:
+        w.table(sec, ba["passes"], "optimization_pass_before_after",
+                "Pass rate of the optimized chains before (iteration 0) and after (their last iteration)",
+                digits=3)
+        w.table(sec, ba["items"], "optimization_before_after",
+                "Mean score of each item and scale total before (iteration 0) and after (last iteration), "
+                "over the optimized chains",
+                "change = after - before; n = chains with the item valid in both sessions.", digits=2)
+    w.file_only(chains, "optimization_chains", "Each optimized chain: its sessions, totals and passes")
+    if iterations is not None and len(iterations):
+        fed = iterations.explode(LOWEST_ITEMS)[LOWEST_ITEMS].dropna()
+        if len(fed):
+            w.table(sec, fed.value_counts().rename(tb.N).rename_axis("item fed back").to_frame().head(15),
+                    "optimization_feedback_items", "Items fed back to the counselors most often (top 15)")
+
+
+def _agreement(w: ReportWriter, rankings: pd.DataFrame | None, frame: pd.DataFrame, rubrics) -> None:
+    sec = w.section("agreement", "Agreement with human expert rankings")
+    if rankings is None:
+        w.missing(sec, f"The run has no {RANKINGS_DIR} table: no human expert rankings were imported (the rankings "
+                  "step imports them from CSV), so the evaluation's agreement with experts is not computed.")
+        return
+    if rankings.empty:
+        w.missing(sec, f"The {RANKINGS_DIR} table holds no valid (status ok) ranking.")
+        return
+    t = ag.agreement_tables(rankings, frame, rubrics)
+    if t["pairs"].empty:
+        w.missing(sec, "No expert ranking matches an evaluated iteration-0 session (same card, scale, counselor "
+                  "and variant): nothing to compare.")
+        return
+    w.table(sec, t["kappa"].set_index([ag.SCALE, ag.MODEL_A, ag.MODEL_B]), "agreement_kappa",
+            "Cohen's kappa per scale and pair of models: the experts' preference vs the evaluation's",
+            "For each (expert, card) where both rank both models, the preferred model (A, B or tie) by the expert's "
+            "rank and by the evaluation's rank (the scale's total, highest first; overall: the sum of the three "
+            "normalized totals). sklearn.metrics.cohen_kappa_score over those units (n); agreement: the share "
+            f"with the same preference. NA, with the reason, below {ag.MIN_KAPPA_UNITS} units or when undefined.",
+            digits=3)
+    w.table(sec, t["spearman"].set_index([ag.SCALE, ag.EXPERT]), "agreement_spearman",
+            "Spearman correlation of the experts' ranks with the evaluation's, per scale",
+            "scipy.stats.spearmanr over every (expert, card, model) pair, ranks within each card (pooling the "
+            f"cards); per expert below the pooled row. NA below {ag.MIN_SPEARMAN_PAIRS} pairs or when one side is "
+            "constant. p: two-sided, uncorrected.", digits=3)
+    w.file_only(t["pairs"], "agreement_pairs", "Each expert rank beside the evaluation's rank")
+
+
+# --- entry points --------------------------------------------------------------------------------
+
+def _load(run_dir: Path, what: str, loader, problems: list[str]):
+    try:
+        return loader(run_dir)
+    except (KeyError, OSError, ValueError) as exc:
+        problems.append(f"{what}: {exc}")
+        return None
+
+
+def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
+                 scales: str | Mapping[str, str] | None = None, **_: Any) -> Path:
+    """Write the report of one Ψ-Arena run and return the path of its `report.html`.
+
+    Args:
+        run_dir: the run directory (one Parquet folder per table).
+        out_dir: where to write; default `run_dir/report`.
+        scales: role -> rubric overrides (`client=NAME,supervisor=NAME,counselor=NAME` or a mapping);
+            default: the rubrics the run's session scores were made with.
+    """
+    run_dir = Path(run_dir)
+    w = ReportWriter(Path(out_dir) if out_dir is not None else run_dir / "report")
+    w.out_dir.mkdir(parents=True, exist_ok=True)
+    problems: list[str] = []
+    scores = load_scores(run_dir)
+    cards = _load(run_dir, CARDS_DIR, load_cards, problems)
+    sessions = _load(run_dir, SESSIONS_DIR, load_sessions, problems)
+    iterations = _load(run_dir, ITERATIONS_DIR, load_iterations, problems)
+    rankings = _load(run_dir, RANKINGS_DIR, load_rankings, problems)
+    found = find_scales(scores, scales)
+
+    frame = items = None
+    if found.complete:
+        frame = session_frame(sessions, session_results(scores, found.rubrics))
+        items = item_scores(scores, found.rubrics)
+    _cards(w, cards)
+    _sessions(w, sessions, frame, scores)
+    if frame is None or frame.empty:
+        why = ("No session in this run: nothing to score." if found.complete else
+               "The three scale rubrics are needed for every pass and score: " +
+               "; ".join(f"{r}: {p}" for r, p in found.problems.items()) + " (name them with --scales).")
+        for sid, title in (("table2", "Table 2. Mean scores and pass rates"), ("items", "Scores by item"),
+                           ("themes", "Scores by theme (Figure 5)"),
+                           ("optimization", "Closed-loop optimization (Figure 4 and before / after)"),
+                           ("agreement", "Agreement with human expert rankings")):
+            _sec_missing(w, sid, title, why)
+    else:
+        rubrics = found.rubrics
+        _table2(w, frame, rubrics)
+        _items(w, items, frame)
+        _themes(w, frame, rubrics)
+        _optimization(w, frame, items, rubrics, iterations)
+        _agreement(w, rankings, frame, rubrics)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    notes = "".join(f'<p class="missing">{html.escape(p)}</p>' for p in problems)
+    header = (f'<p class="note">Generated {stamp} from <code>{html.escape(str(run_dir))}</code>; '
+              f"tables as CSV and Markdown in <code>tables/</code>, figures in <code>figures/</code>. "
+              f"Scales: {_scales_text(found)}.</p>{notes}"
+              f'<div class="howto"><b>How to read this report.</b> {HOW_TO_READ}</div>')
+    return w.write(f"Ψ-Arena report: {run_dir.name}", header)
+
+
+def headline(run_dir: str | Path) -> dict[str, Any]:
+    """A sweep point's numbers: iteration-0 sessions, the overall pass rate at iteration 0 and at
+    the last iteration (each chain's latest evaluated session), and each scale's mean total at
+    iteration 0. Empty when the run has no session scores or its scale rubrics cannot be found."""
+    run_dir = Path(run_dir)
+    scores = load_scores(run_dir)
+    if scores.empty or not (scores[SUBJECT_TYPE] == SUBJECT_SESSION).any():
+        return {}
+    found = find_scales(scores)
+    if not found.complete:
+        return {}
+    frame = session_frame(load_sessions(run_dir), session_results(scores, found.rubrics))
+    if frame.empty:
+        return {}
+    out: dict[str, Any] = {"arena_sessions_it0": int((frame[ITERATION] == 0).sum())}
+    pooled = tb.pass_by_iteration(frame, found.rubrics, by=())
+    overall = pooled[pooled[tb.MEASURE] == OVERALL].set_index(ITERATION)
+    last = int(frame[ITERATION].max())
+    out["arena_pass_it0"] = overall.at[0, "pass_rate"] if 0 in overall.index else None
+    out["arena_last_iteration"] = last
+    out["arena_pass_last"] = overall.at[last, "pass_rate"] if last in overall.index else None
+    it0 = tb.iteration0(frame)
+    for role in ordered_roles(found.rubrics):
+        out[f"arena_{role}_total_it0"] = float(pd.to_numeric(it0[f"{role}_total"], errors="coerce").mean())
+    # plain Python numbers (a sweep's summary writes them as JSON and CSV); NaN -> None
+    return {k: (None if v is None or (isinstance(v, float) and np.isnan(v)) else
+                float(v) if isinstance(v, (float, np.floating)) else v) for k, v in out.items()}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """This method's options of `python -m analysis.report` (their dests are `build_report`'s keywords)."""
+    parser.add_argument("--scales", default=None,
+                        help="the scale rubrics, e.g. client=arena_client,supervisor=arena_supervisor,"
+                             "counselor=arena_counselor (default: those the run's scores were made with)")
+
+
+__all__ = ["build_report", "headline", "add_arguments", "HOW_TO_READ"]

@@ -1,0 +1,110 @@
+"""`analysis.arena.report`: the report renders from a synthetic run with a section per part,
+with and without rankings and optimization iterations, says which inputs are missing instead of
+failing, and `headline` gives the pass rates a sweep's summary shows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analysis.arena import data as arena_data
+from analysis.arena.report import build_report, headline
+from analysis.report import main
+from tests.unit.analysis.arena.helpers import RUBRICS, build_run, rubric_files
+
+SECTIONS = ("cards", "sessions", "table2", "items", "themes", "optimization", "agreement")
+
+
+@pytest.fixture
+def scales(tmp_path):
+    return rubric_files(tmp_path / "rubrics")
+
+
+def page(path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def test_full_report_through_the_dispatcher(tmp_path, scales):
+    run = build_run(tmp_path / "run")
+    (run / "run.json").write_text(json.dumps({"method": "arena", "experiment": "arena_demo"}))
+    main([str(run), "--scales", ",".join(f"{k}={v}" for k, v in scales.items())])
+    out = run / "report"
+    html = page(out / "report.html")
+    for sid in SECTIONS:
+        assert f'<section id="{sid}">' in html, sid
+    assert 'class="missing"' not in html
+    for name in ("table2", "table2_long", "pass_by_iteration", "figure4_overall", "optimization_before_after",
+                 "optimization_pass_before_after", "themes", "items_by_variant", "agreement_kappa",
+                 "agreement_spearman", "cards_status", "sessions_failed", "evaluation_status"):
+        assert (out / "tables" / f"{name}.csv").is_file(), name
+        assert (out / "tables" / f"{name}.md").is_file(), name
+    for fig in ("figure4_pass_by_iteration", "figure5_themes", "table2_pass_rates"):
+        assert (out / "figures" / f"{fig}.png").is_file(), fig
+    assert "a client total of 42 fails, 43 passes" in html
+    md = (out / "tables" / "optimization_pass_before_after.md").read_text()
+    assert "overall" in md and "1.000" in md
+
+
+def test_report_without_rankings_or_iterations(tmp_path, scales):
+    run = build_run(tmp_path / "run", iterations=False, rankings=False)
+    html = page(build_report(run, scales=scales))
+    for sid in SECTIONS:
+        assert f'<section id="{sid}">' in html, sid
+    assert "no rankings table" in html
+    assert "No optimized session" in html
+    assert (run / "report" / "tables" / "table2.csv").is_file()
+
+
+def test_report_of_a_run_with_only_cards(tmp_path, scales):
+    run = build_run(tmp_path / "run")
+    for folder in ("sessions", "scores", "iterations", "rankings"):
+        for p in (run / folder).glob("*"):
+            p.unlink()
+        (run / folder).rmdir()
+    html = page(build_report(run, tmp_path / "out", scales=scales))
+    for sid in SECTIONS:
+        assert f'<section id="{sid}">' in html, sid
+    assert "no sessions table" in html and "No session in this run" in html
+
+
+def test_report_says_when_a_rubric_cannot_be_found(tmp_path):
+    run = build_run(tmp_path / "run")
+    html = page(build_report(run, scales={"client": str(tmp_path / "nowhere.yaml"),
+                                          "supervisor": str(tmp_path / "nowhere.yaml"),
+                                          "counselor": str(tmp_path / "nowhere.yaml")}))
+    assert "The three scale rubrics are needed" in html and "nowhere.yaml" in html
+    assert '<section id="cards">' in html and '<section id="agreement">' in html
+
+
+def test_scales_option_is_checked():
+    with pytest.raises(ValueError, match="unknown role"):
+        arena_data.parse_scales("judge=x")
+    with pytest.raises(ValueError, match="ROLE=RUBRIC"):
+        arena_data.parse_scales("client")
+    assert arena_data.parse_scales("client=a, supervisor=b") == {"client": "a", "supervisor": "b"}
+
+
+def test_headline(tmp_path, monkeypatch):
+    run = build_run(tmp_path / "run")
+    by_name = {r.name: r for r in RUBRICS.values()}
+    monkeypatch.setattr(arena_data, "load_rubric", lambda name: by_name[name])
+    h = headline(run)
+    assert type(h["arena_pass_it0"]) is float
+    assert h["arena_pass_it0"] == 0.5 and h["arena_pass_last"] == 1.0 and h["arena_last_iteration"] == 2
+    assert h["arena_sessions_it0"] == 5  # four evaluated and the failed one
+    assert h["arena_client_total_it0"] == pytest.approx((40 + 50 + 43 + 45) / 4)
+    assert headline(tmp_path / "empty") == {}
+
+
+def test_report_of_sessions_not_yet_evaluated(tmp_path, scales):
+    import shutil
+
+    run = build_run(tmp_path / "run")
+    shutil.rmtree(run / "scores")
+    html = page(build_report(run, scales=scales))
+    for sid in SECTIONS:
+        assert f'<section id="{sid}">' in html, sid
+    assert "the sessions were not evaluated" in html
+    assert "No optimized chain has both sessions fully evaluated" in html
+    assert headline(run) == {}
