@@ -56,6 +56,27 @@ def resolve_gguf(source: str) -> Path:
     return path
 
 
+# llama-cpp-python chat formats that silently drop `system` messages: its `gemma` format keeps
+# only user and assistant turns. Gemma's own chat template puts the system text at the head of
+# the first user turn; `fold_system` does the same, so a system prompt (a counselor's persona, a
+# judge's role) reaches the model instead of vanishing.
+DROPS_SYSTEM = frozenset({"gemma"})
+
+
+def fold_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """System messages joined (blank line between) and put before the first user message's
+    text, as Gemma's chat template does; a request with no user message gets one."""
+    system = "\n\n".join(str(m["content"]) for m in messages if m["role"] == "system" and m.get("content"))
+    rest = [dict(m) for m in messages if m["role"] != "system"]
+    if not system:
+        return rest
+    for m in rest:
+        if m["role"] == "user":
+            m["content"] = f"{system}\n\n{m['content'] or ''}"
+            return rest
+    return [{"role": "user", "content": system}, *rest]
+
+
 class LlamaCppEngine:
     """A llama.cpp model behind the OpenAI chat-completions protocol.
 
@@ -93,6 +114,7 @@ class LlamaCppEngine:
             self._llama.set_cache(LlamaRAMCache(capacity_bytes=cache_mb << 20))
         self.load_s = time.perf_counter() - started
         self._lock = threading.Lock()
+        self._folds_system = kwargs.get("chat_format") in DROPS_SYSTEM
         log.info("loaded %s from %s in %.2fs", model_id, path, self.load_s)
 
     def _sampling(self, req: ChatCompletionRequest) -> dict[str, Any]:
@@ -117,6 +139,8 @@ class LlamaCppEngine:
         """Decode one request (blocking; one at a time)."""
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.content}
                     for m in req.messages]
+        if self._folds_system:
+            messages = fold_system(messages)
         with self._lock:
             out = self._llama.create_chat_completion(messages=messages, **self._sampling(req))
         choice = out["choices"][0]
