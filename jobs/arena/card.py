@@ -100,6 +100,7 @@ class NpcCard(BaseModel):
 CARD_FIELDS = tuple(NpcCard.model_fields)          # card_id first
 CONTENT_FIELDS = CARD_FIELDS[1:]                    # what a source (extractor, file) provides
 REQUIRED_FIELDS = tuple(f for f in CONTENT_FIELDS if f not in OPTIONAL_FIELDS)
+EXTRACTED_FIELDS = tuple(f for f in CONTENT_FIELDS if f != "theme")  # the extractor's answer (see extraction_schema)
 
 
 def field_name(key: Any) -> str:
@@ -220,8 +221,10 @@ def card_from_mapping(data: Mapping[str, Any], card_id: Any, taxonomy: Taxonomy,
 def extraction_schema(taxonomy: Taxonomy, external: bool = False) -> dict[str, Any]:
     """The extractor's OpenAI `response_format`: `{"type": "json_schema", "json_schema":
     {"name": "npc_card", "schema": ..., "strict": true}}`, every card field but `card_id`,
-    all required, no others; age null or 1-120, theme an enum of the theme ids, topic of the
-    topic ids (the topic's theme is checked after: a schema cannot tie the two); the text fields
+    all required, no others; age null or 1-120, topic an enum of the taxonomy's topic ids, and
+    no theme: every topic belongs to one theme, so the card's core theme is the topic's
+    (`with_theme`). Asking for both let a grammar-constrained model pick a topic of another
+    theme (seen with the bundled model: the card was invalid); the text fields
     non-empty and capped in length unless `external` (OpenAI's strict mode rejects the length
     keywords)."""
 
@@ -253,12 +256,21 @@ def extraction_schema(taxonomy: Taxonomy, external: bool = False) -> dict[str, A
         "emotional_state": text("emotional_state", fields["emotional_state"].description),
         "current_distress": text("current_distress", fields["current_distress"].description),
         "distress_description": text("distress_description", fields["distress_description"].description),
-        "theme": {"type": "string", "enum": taxonomy.theme_ids(), "description": "The core theme's id."},
-        "topic": {"type": "string", "enum": taxonomy.topic_ids(), "description": "A topic id of that theme."},
+        "topic": {"type": "string", "enum": taxonomy.topic_ids(),
+                  "description": "The topic id that fits the post best; its theme is the core theme."},
     }
-    assert list(props) == list(CONTENT_FIELDS)  # one list of fields: the model's
+    assert list(props) == list(EXTRACTED_FIELDS)  # one list of fields: the model's
     schema = {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
     return {"type": "json_schema", "json_schema": {"name": "npc_card", "schema": schema, "strict": True}}
+
+
+def with_theme(data: dict[str, Any], taxonomy: Taxonomy) -> dict[str, Any]:
+    """An extractor's answer with its core theme: the theme its topic belongs to (an answer
+    that names a theme itself is left as it is, and checked like any card)."""
+    topic = data.get("topic")
+    if "theme" in data or not isinstance(topic, str) or topic.strip() not in taxonomy.topic_ids():
+        return data
+    return {**data, "theme": taxonomy.theme_of(topic.strip())}
 
 
 def table_row(card: NpcCard, taxonomy: Taxonomy | None = None) -> dict[str, Any]:

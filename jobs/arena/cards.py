@@ -13,7 +13,7 @@ The source (`dataset`, a `CardSourceConfig` in `conf/dataset/arena_*.yaml`) is o
    run directory was started on other posts, another mapping, extraction prompt or taxonomy;
 3. skip the posts already carded (resume; failed ones are asked again with `retry_failed`);
 4. ask the extractor model (`extractor_model`, default the client simulator) for one card per
-   post, its answer constrained by the card's JSON schema (theme and topic enums of the
+   post, its answer constrained by the card's JSON schema (the topic an enum of the
    taxonomy), all posts in flight together through the shared model-call stage;
 5. read the answer leniently (fences, prose around it), check it as a card: `ok`, `invalid`
    (a field at fault, named), `parse_error` (no card in the answer) or `error` (the call failed).
@@ -44,7 +44,9 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import Field, model_validator
 
-from jobs.arena.card import CONTENT_FIELDS, NpcCard, card_from_mapping, extraction_schema, field_name, table_row
+from jobs.arena.card import (
+    CONTENT_FIELDS, NpcCard, card_from_mapping, extraction_schema, field_name, table_row, with_theme,
+)
 from jobs.arena.common import ArenaRunConfig
 from jobs.arena.schemas import CARDS
 from jobs.arena.taxonomy import Taxonomy, load_taxonomy
@@ -211,7 +213,7 @@ class CardStage(ChatStage):
             out.update(status=STATUS_PARSE_ERROR, error=f"no JSON card object in the extractor's answer{cut}")
             return out
         try:
-            card = card_from_mapping(data, row["card_id"], self.taxonomy,
+            card = card_from_mapping(with_theme(data, self.taxonomy), row["card_id"], self.taxonomy,
                                      where=f"extractor {model}'s answer to post {row['source_id']}")
         except ValueError as exc:
             out.update(status=STATUS_INVALID, error=str(exc))

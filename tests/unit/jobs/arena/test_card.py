@@ -8,7 +8,7 @@ import json
 import pytest
 
 from jobs.arena.card import (
-    CONTENT_FIELDS, NpcCard, card_from_json, card_from_mapping, extraction_schema, table_row,
+    CONTENT_FIELDS, NpcCard, card_from_json, card_from_mapping, extraction_schema, table_row, with_theme,
 )
 from jobs.arena.schemas import CARDS
 from jobs.arena.taxonomy import load_taxonomy
@@ -105,9 +105,9 @@ def test_the_extraction_schema_is_strict_with_the_taxonomy_as_enums(taxonomy):
     fmt = extraction_schema(taxonomy)
     assert fmt["type"] == "json_schema" and fmt["json_schema"]["name"] == "npc_card" and fmt["json_schema"]["strict"]
     schema = fmt["json_schema"]["schema"]
-    assert list(schema["properties"]) == list(CONTENT_FIELDS) == schema["required"]
+    # No theme: the topic's theme is the card's core theme (a grammar cannot tie the two).
+    assert list(schema["properties"]) == [f for f in CONTENT_FIELDS if f != "theme"] == schema["required"]
     assert schema["additionalProperties"] is False and "card_id" not in schema["properties"]
-    assert schema["properties"]["theme"]["enum"] == taxonomy.theme_ids() and len(taxonomy.theme_ids()) == 9
     assert schema["properties"]["topic"]["enum"] == taxonomy.topic_ids() and len(taxonomy.topic_ids()) == 100
     assert schema["properties"]["age"]["enum"] == [None, *range(1, 121)]
     assert extraction_schema(taxonomy, external=True)["json_schema"]["schema"]["properties"]["age"]["type"] == ["integer", "null"]
@@ -130,3 +130,12 @@ def test_render_is_nameless_with_titles_not_ids(taxonomy):
     assert "Core theme: Emotion, topic: Panic attacks" in text and "panic_attacks" not in text
     assert "Personality: self-critical, caring" in text and "In detail: Since March" in text
     assert "c7" not in text  # the id is bookkeeping, not part of the person
+
+
+def test_an_extracted_card_takes_its_topics_theme(taxonomy):
+    data = {k: v for k, v in good().items() if k != "theme"}
+    card = card_from_mapping(with_theme(data, taxonomy), "c8", taxonomy, WHERE)
+    assert card.theme == taxonomy.theme_of(card.topic)
+    # An answer that names a mismatched theme itself is not corrected: it is invalid.
+    wrong = next(t for t in taxonomy.theme_ids() if t != taxonomy.theme_of(data["topic"]))
+    assert "field" in error_of({**data, "theme": wrong})

@@ -49,9 +49,10 @@ def test_json_examples_name_the_fields_the_steps_parse():
         return json.loads(found)
 
     assert set(example("reflect.txt")) == {"reflection", "revised_prompt"}
+    # The extractor answers the topic; the card's core theme is the topic's (jobs.arena.card).
     assert set(example("card_extract.txt")) == {
         "age", "gender", "occupation", "marital_status", "cultural_background", "personality_traits",
-        "emotional_state", "current_distress", "distress_description", "theme", "topic"}
+        "emotional_state", "current_distress", "distress_description", "topic"}
 
 
 def test_vanilla_is_plain_and_psycho_is_a_counseling_prompt():
