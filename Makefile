@@ -25,6 +25,7 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m jobs.pipeline experiment=mentalbench_demo $(ARGS)
 	$(PY) -m jobs.pipeline experiment=sqpsych_demo $(ARGS)
+	$(PY) -m jobs.pipeline experiment=arena_demo $(ARGS)
 
 # The report test renders report.html in headless Chromium (Debian's package; apt needs root).
 CHROMIUM := /usr/bin/chromium
@@ -38,6 +39,7 @@ test: $(STAMP) $(CHROMIUM)
 bench: $(STAMP)
 	$(PY) -m benchmarks.throughput
 	$(PY) -m benchmarks.serve_vs_engine
+	$(PY) -m benchmarks.arena_sessions
 
 clean-venv:
 	rm -rf $(VENV)

@@ -83,6 +83,12 @@ class OptimizeSettings(BaseModel):
     select: Literal["failed", "all"] = Field(
         "failed", description="Which evaluated sessions are improved: `failed` (did not pass overall; a session "
         "that passed is carried forward) or `all`.")
+    variants: list[str] | None = Field(
+        None, description="The prompt variants whose sessions the loop improves (None: every variant of the run); "
+        "the others keep their first evaluation.")
+    max_sessions: int | None = Field(
+        None, ge=1, description="At most this many sessions improved per iteration (a budget: the first chains in "
+        "card, counselor, variant order); None: every selected one.")
     lowest_items: int = Field(3, ge=1, description="How many of a session's lowest scale items are fed back.")
     methods: int = Field(2, ge=0, description="How many knowledge-base methods are suggested for them (0: none).")
     knowledge_base: str = Field("arena/knowledge_base.yaml",
@@ -403,6 +409,10 @@ def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids:
     sessions = read_table(run_dir, SESSIONS)
     before = chain_states(sessions, session_results(scores, rubrics), k, cfg.models, cfg.variants, card_ids)
     parents = select_parents(before, settings.select)
+    if settings.variants is not None and not parents.empty:
+        parents = parents[parents["variant"].isin(settings.variants)]
+    if settings.max_sessions is not None:
+        parents = parents.head(settings.max_sessions)  # chain order: the same sessions on a re-run
     store = TableStore(run_dir, ITERATIONS, writer=True)
     written = store.read()
     pending = written[written["iteration"].eq(k) & written["status"].eq(STATUS_OK)] if not written.empty else written
