@@ -65,26 +65,35 @@ class JudgeStage(ChatStage):
 
     table = SCORES
 
-    def __init__(self, endpoints, concurrency_share, sensitivity, rubric: dict, overrides: dict,
+    def __init__(self, endpoints, concurrency_share, sensitivity, rubric: dict | list[dict], overrides: dict,
                  max_repairs: int, run_id: str):
         super().__init__(endpoints, concurrency_share, sensitivity)
-        self.rubric = Rubric(**rubric)
-        self.response_format = self.rubric.json_schema()
+        # One rubric, or several (rows then name theirs in a `rubric` column): several scales of
+        # one subject judged in one stage keep the engines busy without a stage per scale.
+        rubrics = [Rubric(**r) for r in (rubric if isinstance(rubric, list) else [rubric])]
+        self.rubrics = {r.name: r for r in rubrics}
+        self.rubric = rubrics[0]
         # Hosted engines enforce maxLength through grammars; external APIs' strict JSON modes
         # reject it (OpenAI's structured outputs list it as unsupported), so they get a copy
         # without it.
-        self.external_format = _without_keys(self.response_format, {"maxLength", "minLength"})
+        self.formats = {r.name: (r.json_schema(), _without_keys(r.json_schema(), {"maxLength", "minLength"}))
+                        for r in rubrics}
         self.max_repairs = max_repairs
         self.run_id = run_id
         self.params = {n: self.client.endpoint(n).model.params(overrides) for n in self.client.models}
 
+    def rubric_of(self, row: dict[str, Any]) -> Rubric:
+        name = row.get("rubric")
+        return self.rubrics[name] if isinstance(name, str) and name in self.rubrics else self.rubric
+
     def _common(self, row: dict[str, Any]) -> dict[str, Any]:
         params = self.params[row["judge"]]
+        rubric = self.rubric_of(row)
         return {
             "subject_type": row["subject_type"], "subject_id": row["subject_id"], "judge": row["judge"],
-            "rubric": self.rubric.name, "context_id": row.get("context_id"), "responder": row.get("responder"),
-            "judge_type": JUDGE_TYPE_LLM, "evaluator_role": self.rubric.evaluator_role,
-            "rubric_version": self.rubric.version, "temperature": params.temperature, "top_p": params.top_p,
+            "rubric": rubric.name, "context_id": row.get("context_id"), "responder": row.get("responder"),
+            "judge_type": JUDGE_TYPE_LLM, "evaluator_role": rubric.evaluator_role,
+            "rubric_version": rubric.version, "temperature": params.temperature, "top_p": params.top_p,
             "max_tokens": params.max_tokens, "seed": params.seed, "run_id": self.run_id,
             "created_at": datetime.now(timezone.utc),
         }
@@ -92,14 +101,17 @@ class JudgeStage(ChatStage):
     def failed_rows(self, row: dict[str, Any], error: str, **call: Any) -> list[dict[str, Any]]:
         """A call that failed: an `error` row for every required item, with the reason."""
         common = {**self._common(row), **call}
-        return [{**common, "item": it, "status": STATUS_ERROR, "error": error} for it in self.rubric.required_items]
+        return [{**common, "item": it, "status": STATUS_ERROR, "error": error}
+                for it in self.rubric_of(row).required_items]
 
     async def process_row(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         judge = row["judge"]
         params = self.params[judge]
-        messages = self.rubric.messages({p: row[p] for p in self.rubric.placeholders})
-        fmt = self.external_format if self.client.endpoint(judge).model.locality == "external" else self.response_format
-        key = f"{row['subject_id']}|{judge}|{self.rubric.name}"
+        rubric = self.rubric_of(row)
+        messages = rubric.messages({p: row[p] for p in rubric.placeholders})
+        hosted, external = self.formats[rubric.name]
+        fmt = external if self.client.endpoint(judge).model.locality == "external" else hosted
+        key = f"{row['subject_id']}|{judge}|{rubric.name}"
         calls = {"attempts": 0, "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0}
         raw: str | None = None
         parsed = None
@@ -114,10 +126,10 @@ class JudgeStage(ChatStage):
             if not result.ok:
                 break
             raw = result.content or ""
-            parsed = parse_answer(raw, self.rubric)
+            parsed = parse_answer(raw, rubric)
             if parsed.ok or round_ == self.max_repairs:
                 break
-            messages = repair_prompt(raw, parsed.error, self.rubric, messages)
+            messages = repair_prompt(raw, parsed.error, rubric, messages)
 
         calls.update(raw=raw, finish_reason=result.finish_reason if result else None)
         if result is None or not result.ok or parsed is None:
@@ -127,14 +139,15 @@ class JudgeStage(ChatStage):
                  "error": r.error, "explanation": parsed.explanation} for r in parsed.items.values()]
 
 
-def call_counter(rubric: Rubric):
+def call_counter(rubric: Rubric | list[Rubric]):
     """Progress of a judge stage: calls done, calls whose every required item is ok, and the
     reason of each other call (its first required item that is not ok)."""
-    required = set(rubric.required_items)
+    rubrics = rubric if isinstance(rubric, list) else [rubric]
+    required = {(r.name, it) for r in rubrics for it in r.required_items}
 
     def count(batch: pa.Table) -> Counted:
         df = batch.select([*SCORES_CALL_KEY, "item", "status", "error"]).to_pandas()
-        df = df[df["item"].isin(required)]
+        df = df[[pair in required for pair in zip(df["rubric"], df["item"])]]
         ok = df["status"].eq(STATUS_OK).groupby([df[c] for c in SCORES_CALL_KEY]).all()
         failures = FailureSummary()
         bad = df[df["status"] != STATUS_OK].drop_duplicates(list(SCORES_CALL_KEY))
@@ -238,26 +251,38 @@ def run(cfg: JudgeConfig) -> int:
     return judge_planned(cfg, rubric, judges, planned, sensitivity, "judge")
 
 
-def judge_planned(cfg: Any, rubric: Rubric, judges: list, planned: pd.DataFrame, sensitivity: str,
+def judge_planned(cfg: Any, rubric: Rubric | list[Rubric], judges: list, planned: pd.DataFrame, sensitivity: str,
                   desc: str) -> int:
     """What every judging job does with its planned rows (subject_type, subject_id, judge, the
     rubric's placeholders; context_id and responder when known): drop the failed calls it will
     ask again (resume), skip what is written, print the plan (a dry run stops there), judge the
     rest on the Ray Data stage, and end with the failure summary and its exit code.
 
+    Several rubrics (e.g. the scales of one session) are judged in one stage: each planned row
+    then names its rubric in a `rubric` column and carries the placeholders its rubric fills.
+
     `cfg` is the job's config: a `RunConfig` with `judge_generation` and `max_repairs`."""
     run_dir = Path(cfg.run_dir)
+    rubrics = list(rubric) if isinstance(rubric, (list, tuple)) else [rubric]
+    if "rubric" not in planned.columns:
+        if len(rubrics) > 1:
+            raise ValueError("several rubrics: each planned row must name its rubric in a `rubric` column")
+        planned = planned.assign(rubric=rubrics[0].name)
+    unknown = sorted(set(planned["rubric"]) - {r.name for r in rubrics})
+    if unknown:
+        raise ValueError(f"planned rows name rubric(s) {unknown} that were not given")
     store = TableStore(run_dir, SCORES, writer=not cfg.dry_run)
-    keys = [(t, s, j, rubric.name) for t, s, j in zip(planned["subject_type"], planned["subject_id"], planned["judge"])]
+    keys = list(zip(planned["subject_type"], planned["subject_id"], planned["judge"], planned["rubric"]))
     if cfg.retry_failed and not cfg.dry_run:
-        redo = failed_calls(store, rubric, set(keys))
+        redo = set().union(*(failed_calls(store, r, set(keys)) for r in rubrics))
         if redo:
             store.drop(redo, SCORES_CALL_KEY)
             print(f"resume: {len(redo)} {desc} call(s) that failed or did not parse will be asked again", flush=True)
     done = store.existing_keys(SCORES_CALL_KEY)
     todo = planned[[k not in done for k in keys]].reset_index(drop=True)
-    print(f"{desc}: {len(todo)} judgment(s) to request from {len(judges)} judge(s) on rubric {rubric.name!r}, "
-          f"{len(planned) - len(todo)} already written", flush=True)
+    names = ", ".join(repr(r.name) for r in rubrics)
+    print(f"{desc}: {len(todo)} judgment(s) to request from {len(judges)} judge(s) on rubric{'s' if len(rubrics) > 1 else ''} "
+          f"{names}, {len(planned) - len(todo)} already written", flush=True)
     if cfg.dry_run:
         print(plan_text(judges, todo.rename(columns={"judge": "model"}), cfg.judge_generation), flush=True)
         return 0
@@ -265,9 +290,9 @@ def judge_planned(cfg: Any, rubric: Rubric, judges: list, planned: pd.DataFrame,
         return 0
     counts = run_model_stage(
         todo, judges, JudgeStage,
-        dict(rubric=rubric.model_dump(), overrides=cfg.judge_generation.as_dict(),
-             max_repairs=cfg.max_repairs, run_id=run_dir.name),
-        store, sensitivity=sensitivity, run=cfg, desc=desc, counter=call_counter(rubric),
+        dict(rubric=[r.model_dump() for r in rubrics] if len(rubrics) > 1 else rubrics[0].model_dump(),
+             overrides=cfg.judge_generation.as_dict(), max_repairs=cfg.max_repairs, run_id=run_dir.name),
+        store, sensitivity=sensitivity, run=cfg, desc=desc, counter=call_counter(rubrics),
     )
     return summarize(desc, counts["ok"], counts["failed"], getattr(counts, "failures", None) or FailureSummary(),
                      cfg.max_failed_fraction, "scores", store.dir)

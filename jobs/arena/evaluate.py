@@ -231,17 +231,21 @@ def evaluate_sessions(cfg: ArenaRunConfig, session_ids: set[str] | None = None, 
 
     from jobs.judge import judge_planned
 
-    worst = 0
+    # The three scales in one stage: every evaluator's calls in flight together (a stage per scale
+    # left the engines idle between them).
+    parts, used = [], []
     for role, rubric in rubrics.items():
         planned, missing = plans[role]
         if missing:
             print(f"warning: {missing} session(s) were not scored on the {role} scale: rubric {rubric.name!r} "
                   f"shows the card and {run_dir / CARDS.name} has none for them", file=sys.stderr)
-        if planned.empty:
-            continue
-        code = judge_planned(cfg, rubric, [models[n] for n in names[role]], planned, sensitivity, f"{desc}:{role}")
-        worst = max(worst, code)
-    return worst
+        if not planned.empty:
+            parts.append(planned.assign(rubric=rubric.name))
+            used += [n for n in names[role] if n not in used]
+    if not parts:
+        return 0
+    planned = pd.concat(parts, ignore_index=True)
+    return judge_planned(cfg, list(rubrics.values()), [models[n] for n in used], planned, sensitivity, desc)
 
 
 def run(cfg: EvaluateConfig) -> int:

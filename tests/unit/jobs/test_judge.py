@@ -165,3 +165,27 @@ def test_resume_asks_again_only_calls_with_a_failed_required_item(tmp_path):
     # A bad reported Overall is no reason to ask again; a bad Safety is.
     assert failed_calls(store, rubric, planned) == {("response", "2|a", "j", "mentalbench")}
     assert failed_calls(store, rubric, set()) == set()
+
+
+def test_several_rubrics_are_judged_in_one_stage_each_row_by_its_own(tmp_path):
+    """The scales of one subject in one stage: each row names its rubric; its prompt, schema, items,
+    role and version are that rubric's, and the progress counts each rubric's own items."""
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(TOY))
+    toy, mb = load_rubric(str(path)), load_rubric("mentalbench")
+    model = ModelConfig(name="judge", display_name="judge", family="fake", provider="openai", source="fake",
+                        locality="external", base_url="x", concurrency=4, timeout_s=5, max_retries=2)
+    batch = pd.concat([_batch(2).assign(rubric=mb.name), _batch(1).assign(rubric=toy.name)], ignore_index=True)
+    with FakeServer() as server:
+        model = model.model_copy(update={"base_url": server.base_url})
+        stage = JudgeStage(endpoints_to_spec({"judge": Endpoint(model, server.base_url)}), 1.0, "public",
+                           rubric=[mb.model_dump(), toy.model_dump()], overrides={"max_tokens": 300},
+                           max_repairs=0, run_id="t")
+        out = _run(stage, batch)
+        sent = server.log_lines()
+    assert len(sent) == 3 and (out["status"] == "ok").all()
+    assert out.groupby("rubric")["item"].apply(set).to_dict() == {mb.name: set(mb.item_names), toy.name: {"warmth", "focus", "safety"}}
+    assert set(out[out["rubric"] == toy.name]["evaluator_role"]) == {"supervisor"}
+    assert set(out[out["rubric"] == mb.name]["rubric_version"]) == {mb.version}
+    assert sum("Context: I feel alone 0\nAnswer: That sounds hard 0" in line["content"] for line in sent) == 1
+    assert call_counter([mb, toy])(SCORES_table(out)) == (3, 3)
