@@ -16,7 +16,8 @@ import yaml
 
 from cluster.config import ClusterConfig
 from jobs.arena import cards
-from jobs.arena.cards import CardSourceConfig, CardsConfig, CardStage, answer_object, load_card_file
+from jobs.arena.cardfile import load_card_file
+from jobs.arena.cards import CardSourceConfig, CardsConfig, CardStage, answer_object
 from jobs.arena.schemas import CARDS
 from jobs.arena.taxonomy import load_taxonomy
 from jobs.runner import StageResult, count_rows

@@ -20,10 +20,8 @@ import pytest
 
 from jobs.arena import optimize
 from jobs.arena.knowledge import load_knowledge_base
-from jobs.arena.optimize import (
-    OptimizeConfig, OptimizeSettings, ReflectStage, chain_states, parse_reflection, plan_reflections,
-    reflect_format, select_parents,
-)
+from jobs.arena.optimize import OptimizeConfig, OptimizeSettings, chain_states, plan_reflections, select_parents
+from jobs.arena.reflect import ReflectStage, parse_reflection, reflect_format
 from jobs.arena.schemas import CARDS, ITERATIONS, SESSIONS, session_id
 from jobs.rubric import load_rubric
 from jobs.schemas import SCORES
