@@ -1,9 +1,9 @@
-"""The Ψ-Arena chain on the embedded default, as `make demo` runs it: two NPC cards from the
+"""The Ψ-Arena chain on the embedded default, as `make demo` runs it: an NPC card from the
 project's cards file -> sessions of the bundled model as counselor (vanilla and psycho prompts)
 and as client simulator through the dialogue engine, three client phases by round -> the client,
 supervisor and counselor scales -> one optimization iteration of the psycho sessions (feedback,
 reflection, rewritten prompt, re-run, re-scored) -> the report with its before/after table.
-Then a re-run on the same run directory sends nothing again."""
+Then a re-run on the same run directory sends nothing again. One card here, two in the demo."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ ROLES = {"arena_client": "client", "arena_supervisor": "supervisor", "arena_coun
 @pytest.fixture(scope="module")
 def arena_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("arena") / "run"
-    args = ("jobs.pipeline", "experiment=arena_demo", f"run_dir={run_dir}", "serving.port=8133",
+    # One card (the demo has two): both prompts, the loop and the report at half the suite's time.
+    args = ("jobs.pipeline", "experiment=arena_demo", f"run_dir={run_dir}", "dataset.limit=1", "serving.port=8133",
             "max_failed_fraction=0.5")  # a 270M base model may leave a turn empty: a row, not a crash
     first = run_job(*args)
     again = run_job(*args)
@@ -33,17 +34,17 @@ def arena_run(tmp_path_factory):
 def test_cards_sessions_scales_loop_and_report(arena_run):
     run_dir, proc, _ = arena_run
     cards = pd.read_parquet(run_dir / "cards")
-    assert len(cards) == 2 and (cards["status"] == "ok").all() and set(cards["sensitivity"]) == {"public"}
+    assert len(cards) == 1 and (cards["status"] == "ok").all() and set(cards["sensitivity"]) == {"public"}
     assert cards["rendered"].str.contains("Current distress").all()
 
     sessions = pd.read_parquet(run_dir / "sessions")
     first = sessions[sessions["iteration"] == 0]
-    assert sorted(first["variant"]) == ["psycho", "psycho", "vanilla", "vanilla"]
+    assert sorted(first["variant"]) == ["psycho", "vanilla"]
     assert set(first["card_id"]) == set(cards["card_id"])
     # the two prompts really differ (the engine once dropped system messages: both were the same)
     assert first.groupby("variant")["counselor_prompt"].first().nunique() == 2
     ok = sessions[sessions["status"] == "ok"]
-    assert len(ok) >= 4
+    assert len(ok) >= 2
     for row in ok.itertuples():
         assert row.n_rounds == 2 and len(row.phases) == 2
         # two rounds keep the last two phases (a short session still reaches solutions)
@@ -82,6 +83,6 @@ def test_cards_sessions_scales_loop_and_report(arena_run):
 def test_a_rerun_sends_nothing_again(arena_run):
     _, _, again = arena_run
     out = again.stdout
-    assert "2 to extract" not in out and "0 start" in out
+    assert "0 start" in out
     assert "evaluate: 0 judgment(s) to request" in out and "evaluate it1: 0 judgment(s) to request" in out
     assert "0 reflection(s) to request" in out and "0 session(s) to run with a rewritten prompt" in out
