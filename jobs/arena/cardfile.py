@@ -6,7 +6,6 @@ The cards step (`jobs.arena.cards.run`) calls `run_file` here.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import sys
@@ -15,17 +14,27 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-
 from jobs.arena.card import (
-    CONTENT_FIELDS, NpcCard, card_from_mapping, field_name, table_row,
+    CONTENT_FIELDS,
+    NpcCard,
+    card_from_mapping,
+    field_name,
+    table_row,
 )
+from jobs.arena.cards import (
+    EXTRACTOR_FILE,
+    FILE_EXTRAS,
+    CardsConfig,
+    CardSourceConfig,
+    table_summary,
+)
+from jobs.arena.csvlines import read_csv_lines
 from jobs.arena.schemas import CARDS
 from jobs.arena.taxonomy import Taxonomy
 from jobs.rundir import check_writable, file_fingerprint, record_inputs
 from jobs.schemas import STATUS_INVALID, STATUS_OK
 from jobs.store import TableStore
 from serving.configfiles import ConfigError
-from jobs.arena.cards import EXTRACTOR_FILE, FILE_EXTRAS, CardsConfig, CardSourceConfig, table_summary
 
 # --- a cards file -> cards ------------------------------------------------------------------------
 
@@ -103,27 +112,14 @@ def read_card_records(ds: CardSourceConfig) -> tuple[Path, list[tuple[int, int |
 
 
 def _csv_records(path: Path, text: str) -> tuple[list[tuple[int, int | None, Any]], list[str]]:
-    reader = csv.reader(io.StringIO(text, newline=""))
-    header: list[str] | None = None
+    header, lines = read_csv_lines(path, text, "cards file")
     out: list[tuple[int, int | None, Any]] = []
-    end = 0
-    try:
-        for fields in reader:
-            start, end = end + 1, reader.line_num
-            if not fields:
-                continue
-            if header is None:
-                header = [h.strip() for h in fields]
-                continue
-            if len(fields) > len(header):
-                record: Any = _Unreadable(f"too many fields: {len(fields)}, the header has {len(header)}")
-            else:
-                record = dict(zip(header, fields + [""] * (len(header) - len(fields))))
-            out.append((len(out) + 1, start, record))
-    except csv.Error as exc:
-        raise ConfigError(f"cards file {path}: cannot be read as CSV at line {reader.line_num}: {exc}") from exc
-    if header is None:
-        raise ConfigError(f"cards file {path}: the file is empty (a CSV starts with a header naming its columns)")
+    for start, fields in lines:
+        if len(fields) > len(header):
+            record: Any = _Unreadable(f"too many fields: {len(fields)}, the header has {len(header)}")
+        else:
+            record = dict(zip(header, fields + [""] * (len(header) - len(fields))))
+        out.append((len(out) + 1, start, record))
     return out, header
 
 

@@ -16,8 +16,6 @@ run). Re-running replaces this file's rows: a human file is small, and its lates
 
 from __future__ import annotations
 
-import csv
-import io
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobs.arena.common import ArenaRunConfig
+from jobs.arena.csvlines import read_csv_lines
 from jobs.arena.schemas import CARDS, RANKINGS, SCALES
 from jobs.rundir import check_writable
 from jobs.schemas import STATUS_INVALID, STATUS_OK
@@ -98,30 +97,16 @@ def read_rankings(source: RankingsSource) -> tuple[Path, list[dict[str, Any]]]:
                           "rankings.encoding") from exc
     except OSError as exc:
         raise ConfigError(f"rankings file {path}: cannot be read: {exc}") from exc
-    reader = csv.reader(io.StringIO(text, newline=""))
     cols = source.columns.model_dump()
-    header: list[str] | None = None
+    header, lines = read_csv_lines(path, text, "rankings file")
+    missing = [f"{c!r} (rankings.columns.{f})" for f, c in cols.items() if c not in header]
+    if missing:
+        raise ConfigError(f"rankings file {path}: no column {', '.join(missing)}; the file has columns {header}")
     rows: list[dict[str, Any]] = []
     first_line: dict[tuple[str, ...], int] = {}
-    end = 0
-    try:
-        for fields in reader:
-            start, end = end + 1, reader.line_num
-            if not fields:
-                continue
-            if header is None:
-                header = [h.strip() for h in fields]
-                missing = [f"{c!r} (rankings.columns.{f})" for f, c in cols.items() if c not in header]
-                if missing:
-                    raise ConfigError(f"rankings file {path}: no column {', '.join(missing)}; the file has "
-                                      f"columns {header}")
-                continue
-            record = dict(zip(header, [f.strip() for f in fields]))
-            rows.append(_check_row(record, cols, start, len(fields) > len(header), first_line, path))
-    except csv.Error as exc:
-        raise ConfigError(f"rankings file {path}: cannot be read as CSV at line {reader.line_num}: {exc}") from exc
-    if header is None:
-        raise ConfigError(f"rankings file {path}: the file is empty (a CSV starts with a header naming its columns)")
+    for start, fields in lines:
+        record = dict(zip(header, [f.strip() for f in fields]))
+        rows.append(_check_row(record, cols, start, len(fields) > len(header), first_line, path))
     return path, rows
 
 
