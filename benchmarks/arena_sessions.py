@@ -29,27 +29,27 @@ import asyncio
 import json
 import platform
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
+from benchmarks.dialogue_concurrency import (  # the same two ways, the same fake model
+    one_by_one,
+    stage,
+    together,
+)
 from cluster.config import ClusterConfig
-from jobs.arena.sessions import SessionPlan, SessionsConfig, build_specs
 from jobs.arena.schemas import session_id
-from jobs.dialogue import DialogueStage
+from jobs.arena.sessions import SessionPlan, SessionsConfig, build_specs
 from jobs.dialogue.job import plan_rows
-from jobs.stage import endpoints_to_spec
-from serving.client import Endpoint
-from serving.config import ModelConfig
-from serving.deploy import ServingConfig
 from serving.configfiles import find_file
+from serving.deploy import ServingConfig
 from tests.fakes.openai_server import FakeServer
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "benchmarks" / "arena_sessions.json"
-MODEL = "fake"
+MODEL = "fake"  # the model name `benchmarks.dialogue_concurrency.stage` serves
 
 
 def sessions(n: int, rounds: int, run_dir: str) -> tuple[list, list[str]]:
@@ -65,28 +65,6 @@ def sessions(n: int, rounds: int, run_dir: str) -> tuple[list, list[str]]:
     plans = [SessionPlan(session_id=session_id(c, MODEL, "psycho", 0), card_id=c, counselor=MODEL, variant="psycho",
                          iteration=0, counselor_prompt=prompt) for c in cards["card_id"]]
     return build_specs(plans, cards, cfg)
-
-
-def stage(base_url: str, concurrency: int, run_dir: str) -> DialogueStage:
-    model = ModelConfig(name=MODEL, display_name=MODEL, family=MODEL, provider="openai", source=MODEL,
-                        locality="external", base_url=base_url, concurrency=concurrency, timeout_s=30, max_retries=0)
-    return DialogueStage(endpoints_to_spec({MODEL: Endpoint(model, base_url)}), 1.0, "public",
-                         run_dir=run_dir, run_id="bench", flush_every_s=2.0)
-
-
-async def together(st: DialogueStage, batch) -> tuple[float, int]:
-    started = time.perf_counter()
-    out = await st(batch)
-    return time.perf_counter() - started, int(sum(out.column("n_turns").to_pylist()))
-
-
-async def one_by_one(st: DialogueStage, batch) -> tuple[float, int]:
-    started = time.perf_counter()
-    n = 0
-    for i in range(len(batch)):
-        out = await st(batch.iloc[i : i + 1])
-        n += int(sum(out.column("n_turns").to_pylist()))
-    return time.perf_counter() - started, n
 
 
 def main() -> None:
