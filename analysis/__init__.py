@@ -1,7 +1,7 @@
 """What a run means, with no Ray or model dependency: the shared machinery every method uses.
 
-Reads the Parquet tables of a run directory (`jobs.store.read_table`) with the column names of
-`jobs.schemas`; imports no Ray or model code, so it runs anywhere pandas does. Each evaluation
+Reads the Parquet tables of a run directory (`jobs.core.store.read_table`) with the column names of
+`jobs.core.schemas`; imports no Ray or model code, so it runs anywhere pandas does. Each evaluation
 method has its own package beside these modules (`analysis/mentalbench/`: the MentalBench-10
 tables, the Alignment Factor, agreement, ROUGE-L and its report).
 
@@ -14,7 +14,7 @@ tables, the Alignment Factor, agreement, ROUGE-L and its report).
 - `analysis.render`  DataFrames to CSV, Markdown and HTML tables
 - `analysis.writer`  the self-contained HTML report page
 - `analysis.report`  the dispatcher: `build_report(run_dir)` calls `analysis.<method>.report`
-- `analysis.columns` column names read from `jobs.schemas`, and the report's row labels
+- `analysis.columns` column names read from `jobs.core.schemas`, and the report's row labels
 """
 
 from analysis.columns import AVERAGE_LABEL, HUMAN_LABEL, N, SCORE

@@ -1,4 +1,4 @@
-"""Column names the analysis reads, taken from `jobs.schemas` and checked against it once.
+"""Column names the analysis reads, taken from `jobs.core.schemas` and checked against it once.
 
 The key columns come straight from each table's key; the other names are looked up in the
 table's schema here (`Table.column` fails at import if a column is renamed, instead of an empty
@@ -7,7 +7,7 @@ table later). Every module of `analysis/` imports its names from this one. Names
 
 from __future__ import annotations
 
-from jobs.schemas import (  # noqa: F401 - re-exported for analysis modules
+from jobs.core.schemas import (  # noqa: F401 - re-exported for analysis modules
     CONTEXTS, HUMAN_RESPONDER, JUDGE_TYPE_HUMAN, JUDGE_TYPE_LLM, RESPONSES, SCORES, STATUS_ERROR,
     STATUS_INVALID, STATUS_OK, STATUS_PARSE_ERROR,
 )

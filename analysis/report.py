@@ -24,10 +24,10 @@ from types import ModuleType
 from typing import Any
 
 from analysis.scores import load_scores, rubrics_in
-from jobs.remote import is_uri, mirrored, public_path
-from jobs.rubric import load_rubric
-from jobs.schemas import TABLES
-from serving.configfiles import ConfigError
+from jobs.core.remote import is_uri, mirrored, public_path
+from jobs.core.rubric import load_rubric
+from jobs.core.schemas import TABLES
+from jobs.core.configfiles import ConfigError
 
 RUN_FILE = "run.json"
 INPUT_REPORT_FILE = "input_report.json"  # what a job that read a dataset writes first

@@ -21,9 +21,9 @@ from analysis.columns import (
     CONTEXT_ID, EVALUATION_KEY, ITEM, JUDGE, JUDGE_TYPE, RESPONDER, RUBRIC, RUBRIC_VERSION,
     SCORE_VALUE, STATUS,
 )
-from jobs.rubric import Rubric
-from jobs.schemas import SCORES, STATUS_INVALID, STATUS_OK, STATUSES
-from jobs.store import read_table
+from jobs.core.rubric import Rubric
+from jobs.core.schemas import SCORES, STATUS_INVALID, STATUS_OK, STATUSES
+from jobs.core.store import read_table
 
 # Per-evaluation columns that wide_view carries next to the items (first value of the evaluation).
 WIDE_META = [CONTEXT_ID, RESPONDER, JUDGE_TYPE, RUBRIC_VERSION]
@@ -65,7 +65,7 @@ def wide_view(scores: pd.DataFrame, rubric: Rubric) -> pd.DataFrame:
 
 
 def status_counts(scores: pd.DataFrame, by: Iterable[str] = (JUDGE, ITEM)) -> pd.DataFrame:
-    """Item rows per status (one column per status in `jobs.schemas.STATUSES`, then any other
+    """Item rows per status (one column per status in `jobs.core.schemas.STATUSES`, then any other
     status met), grouped by `by`. Where the scores are: an out-of-range value is an `invalid`
     row of its own item, whatever the evaluation's other items did."""
     by = list(by)

@@ -43,7 +43,7 @@ from cluster.config import ClusterConfig
 from jobs.arena.schemas import session_id
 from jobs.arena.sessions import SessionPlan, SessionsConfig, build_specs
 from jobs.dialogue.job import plan_rows
-from serving.configfiles import find_file
+from jobs.core.configfiles import find_file
 from serving.deploy import ServingConfig
 from tests.fakes.openai_server import FakeServer
 

@@ -32,7 +32,7 @@ from jobs.dialogue import AgentSpec, DialogueRules, DialogueSpec, DialogueStage
 from jobs.dialogue.job import plan_rows
 from jobs.stage import endpoints_to_spec
 from serving.client import Endpoint
-from serving.config import ModelConfig
+from jobs.core.modelconfig import ModelConfig
 from tests.fakes.openai_server import FakeServer
 
 REPO = Path(__file__).resolve().parents[1]

@@ -54,7 +54,7 @@ def serve_rate(model, texts: list[str], max_tokens: int) -> tuple[float, int]:
     from cluster.config import ClusterConfig
     from cluster.connect import connect
     from serving.client import ChatClient
-    from serving.config import GenerationParams
+    from jobs.core.modelconfig import GenerationParams
     from serving.deploy import ServingConfig, ensure
 
     connect(ClusterConfig())
@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     args = ap.parse_args()
 
-    from serving.configfiles import load_model
+    from jobs.core.configfiles import load_model
 
     model = load_model("gemma3-270m", [REPO / "conf"])
     texts = prompts(args.prompts)

@@ -69,12 +69,12 @@ def job(base_url: str, n: int, concurrency: int, rows_per_task: int | None = Non
     from cluster.config import ClusterConfig
     from cluster.connect import connect
     from jobs.runner import run_stage
-    from jobs.schemas import RESPONSES
+    from jobs.core.schemas import RESPONSES
     from jobs.generate import GenerateStage
     from jobs.stage import endpoints_to_spec
-    from jobs.store import TableStore
+    from jobs.core.store import TableStore
     from serving.client import Endpoint
-    from serving.config import ModelConfig
+    from jobs.core.modelconfig import ModelConfig
 
     connect(ClusterConfig())
     model = ModelConfig(

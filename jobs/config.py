@@ -6,7 +6,7 @@ task, flush interval, retry, dry run, verbosity). One experiment file drives a w
 composed config may hold the keys of the chain's other jobs: each job keeps its own keys and
 ignores those that belong to a sibling job (`ChainConfig` lists them all); any other key is an
 error that names it. Models, datasets, rubrics and prompt files are all found on the config
-search path (`serving.configfiles`).
+search path (`jobs.core.configfiles`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cluster.config import ClusterConfig
 from jobs.import_ratings_config import RatingsImportConfig
-from serving.config import GenerationOverrides
-from serving.configfiles import ConfigError, data_path, find_file, validated
+from jobs.core.modelconfig import GenerationOverrides
+from jobs.core.configfiles import ConfigError, data_path, find_file, validated
 from serving.deploy import ServingConfig
 
 __all__ = ["ChainConfig", "ColumnMapping", "ConfigError", "DatasetConfig", "GenerateConfig",
@@ -246,10 +246,10 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from jobs import joblog
-    from jobs.collect import WriteFailed, raise_on_sigterm
-    from jobs.preflight import PreflightError
-    from jobs.rundir import check_run_dir
+    from jobs.core import joblog
+    from jobs.core.collect import WriteFailed, raise_on_sigterm
+    from jobs.core.preflight import PreflightError
+    from jobs.core.rundir import check_run_dir
     from jobs.sweep import is_multirun, point_run_dir, record_point, sweep_resume_command
     from serving.governance import DataGovernanceError
 
@@ -262,7 +262,7 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
         if multirun:  # the default run_dir's timestamp is the same for every point of a sweep
             data["run_dir"] = point_run_dir(hydra_cfg, data["run_dir"])
             print(f"== sweep point {hydra_cfg.job.num}: {' '.join(hydra_cfg.overrides.task)} ==", flush=True)
-        from jobs.remote import local_run_dir  # a URI here was not mirrored by the entry: refused
+        from jobs.core.remote import local_run_dir  # a URI here was not mirrored by the entry: refused
 
         run_dir = local_run_dir(data["run_dir"])
         data["run_dir"] = run_dir

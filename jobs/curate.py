@@ -8,6 +8,6 @@ from jobs.mentalbench.curate import main
 __all__ = ["main"]
 
 if __name__ == "__main__":
-    from jobs.remote import run_main
+    from jobs.core.remote import run_main
 
     run_main(main)  # run_dir=s3://... (any pyarrow filesystem URI): a local copy, uploaded

@@ -32,14 +32,15 @@ from omegaconf import DictConfig
 
 from jobs.config import GenerateConfig, run_entrypoint
 from jobs.inputs import read_contexts
-from jobs.preflight import FailureSummary, context_window, summarize, too_long
-from jobs.rundir import check_writable, file_fingerprint, record_inputs
+from jobs.core.preflight import FailureSummary, context_window, summarize, too_long
+from jobs.core.rundir import check_writable, file_fingerprint, record_inputs
 from jobs.runner import plan_text, run_model_stage
-from jobs.schemas import CONTEXTS, HUMAN_RESPONDER, RESPONSES, STATUS_ERROR, STATUS_OK
+from jobs.core.callfields import call_fields, generation_fields
+from jobs.core.schemas import CONTEXTS, HUMAN_RESPONDER, RESPONSES, STATUS_ERROR, STATUS_OK
 from jobs.stage import ChatStage
-from jobs.store import TableStore
-from serving.config import GenerationParams
-from serving.configfiles import load_model
+from jobs.core.store import TableStore
+from jobs.core.modelconfig import GenerationParams
+from jobs.core.configfiles import load_model
 from serving.governance import check_all
 
 log = logging.getLogger("jobs.generate")
@@ -89,11 +90,7 @@ class GenerateStage(ChatStage):
             "model_display": self.client.endpoint(model).model.display_name,
             "dataset": self.dataset, "prompt_version": self.prompt_version,
             "response": result.content, "reasoning": result.reasoning,
-            "status": result.status, "error": result.error, "attempts": result.attempts,
-            "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-            "latency_s": result.latency_s, "finish_reason": result.finish_reason,
-            "temperature": params.temperature, "top_p": params.top_p, "max_tokens": params.max_tokens,
-            "seed": params.seed, "run_id": self.run_id, "created_at": datetime.now(timezone.utc),
+            **call_fields(result), **generation_fields(params), "run_id": self.run_id, "created_at": datetime.now(timezone.utc),
         }
 
 
@@ -247,6 +244,6 @@ def main(raw: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from jobs.remote import run_main
+    from jobs.core.remote import run_main
 
     run_main(main)  # run_dir=s3://... (any pyarrow filesystem URI): a local copy, uploaded

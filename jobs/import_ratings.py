@@ -41,14 +41,14 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from jobs.import_ratings_config import RatingsColumns, RatingsImportConfig
-from jobs.rubric import Rubric, load_rubric
-from jobs.rubric.parse import judge_item
-from jobs.schemas import (
+from jobs.core.rubric import Rubric, load_rubric
+from jobs.core.rubric.parse import judge_item
+from jobs.core.schemas import (
     CONTEXTS, HUMAN_RESPONDER, RESPONSES, SCORES, SCORES_CALL_KEY, STATUS_INVALID, STATUS_OK,
     STATUS_PARSE_ERROR, SUBJECT_RESPONSE, response_subject_id,
 )
-from jobs.store import TableStore
-from serving.configfiles import CONF_DIR, ConfigError, find_group_file, read_yaml, validated
+from jobs.core.store import TableStore
+from jobs.core.configfiles import CONF_DIR, ConfigError, find_group_file, read_yaml, validated
 
 __all__ = ["ImportReport", "RatingsColumns", "RatingsImportConfig", "import_ratings", "main",
            "ratings_to_rows", "run_from_dict"]

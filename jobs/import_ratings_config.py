@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from serving.configfiles import data_path
+from jobs.core.configfiles import data_path
 
 
 class RatingsColumns(BaseModel):

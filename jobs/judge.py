@@ -31,18 +31,19 @@ import pandas as pd
 import pyarrow as pa
 from omegaconf import DictConfig
 
+from jobs.core.callfields import generation_fields, redact
 from jobs.config import JudgeConfig, run_entrypoint
-from jobs.preflight import Counted, FailureSummary, summarize
-from jobs.rundir import check_writable, record_inputs
-from jobs.rubric import Rubric, load_rubric, parse_answer, repair_prompt
-from jobs.schemas import (
+from jobs.core.preflight import Counted, FailureSummary, summarize
+from jobs.core.rundir import check_writable, record_inputs
+from jobs.core.rubric import Rubric, load_rubric, parse_answer, repair_prompt
+from jobs.core.schemas import (
     CONTEXTS, HUMAN_RESPONDER, JUDGE_TYPE_LLM, RESPONSES, SCORES, SCORES_CALL_KEY, STATUS_ERROR,
     STATUS_OK, SUBJECT_RESPONSE, response_subject_id,
 )
 from jobs.runner import plan_text, run_model_stage
 from jobs.stage import ChatStage
-from jobs.store import TableStore
-from serving.configfiles import ConfigError, load_model
+from jobs.core.store import TableStore
+from jobs.core.configfiles import ConfigError, load_model
 from serving.governance import check_all
 
 log = logging.getLogger("jobs.judge")
@@ -93,15 +94,14 @@ class JudgeStage(ChatStage):
             "subject_type": row["subject_type"], "subject_id": row["subject_id"], "judge": row["judge"],
             "rubric": rubric.name, "context_id": row.get("context_id"), "responder": row.get("responder"),
             "judge_type": JUDGE_TYPE_LLM, "evaluator_role": rubric.evaluator_role,
-            "rubric_version": rubric.version, "temperature": params.temperature, "top_p": params.top_p,
-            "max_tokens": params.max_tokens, "seed": params.seed, "run_id": self.run_id,
+            "rubric_version": rubric.version, **generation_fields(params), "run_id": self.run_id,
             "created_at": datetime.now(timezone.utc),
         }
 
     def failed_rows(self, row: dict[str, Any], error: str, **call: Any) -> list[dict[str, Any]]:
         """A call that failed: an `error` row for every required item, with the reason."""
         common = {**self._common(row), **call}
-        return [{**common, "item": it, "status": STATUS_ERROR, "error": error}
+        return [{**common, "item": it, "status": STATUS_ERROR, "error": redact(error)}
                 for it in self.rubric_of(row).required_items]
 
     async def process_row(self, row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -304,6 +304,6 @@ def main(raw: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from jobs.remote import run_main
+    from jobs.core.remote import run_main
 
     run_main(main)  # run_dir=s3://... (any pyarrow filesystem URI): a local copy, uploaded

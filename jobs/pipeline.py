@@ -28,7 +28,7 @@ import hydra
 from omegaconf import DictConfig
 
 from jobs.config import ChainConfig, ConfigError, method_config, run_entrypoint
-from jobs.remote import public_path, run_main
+from jobs.core.remote import public_path, run_main
 
 
 def write_run_record(cfg: ChainConfig) -> None:
@@ -121,4 +121,4 @@ def main(raw: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)  # run_dir=s3://... (any pyarrow filesystem URI): a local copy, uploaded (jobs/remote.py)
+    run_main(main)  # run_dir=s3://... (any pyarrow filesystem URI): a local copy, uploaded (jobs/core/remote.py)

@@ -1,6 +1,6 @@
 """Run a `ChatStage` over rows with Ray Data and stream its output into a `TableStore`.
 
-Workers hand every finished row to the driver as it finishes (`jobs.collect`), and the driver
+Workers hand every finished row to the driver as it finishes (`jobs.core.collect`), and the driver
 writes a part file every few seconds, so a killed run keeps everything but the calls in flight,
 an interrupted one (Ctrl-C, SIGTERM) everything answered, and a progress bar shows ok/error
 counts as rows finish.
@@ -17,11 +17,11 @@ import pandas as pd
 import pyarrow as pa
 from tqdm import tqdm
 
-from jobs.collect import Collector, Interrupted, RowSink, interrupt_signals, raise_on_sigterm
-from jobs.preflight import Counted, FailureSummary
-from jobs.schemas import STATUS_OK
+from jobs.core.collect import Collector, Interrupted, RowSink, interrupt_signals, raise_on_sigterm
+from jobs.core.preflight import Counted, FailureSummary
+from jobs.core.schemas import STATUS_OK
 from jobs.stage import with_sink
-from jobs.store import TableStore
+from jobs.core.store import TableStore
 
 
 def stage_workers(requested: int, models: list) -> int:
@@ -83,8 +83,8 @@ def run_model_stage(
     from pathlib import Path
 
     from cluster.connect import connect
-    from jobs.joblog import follow_ray
-    from jobs.preflight import check_endpoints, check_keys
+    from jobs.core.joblog import follow_ray
+    from jobs.core.preflight import check_endpoints, check_keys
     from jobs.stage import endpoints_to_spec
     from serving.client import Endpoint
     from serving.deploy import ensure

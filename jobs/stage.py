@@ -8,7 +8,7 @@ one call with a bounded repair conversation in `jobs.judge`; a multi-turn job lo
 `process_row` (one row = one conversation), so thousands of conversations are in flight together
 through the same client. A row may produce several output rows (a judge call: one per item).
 
-When the driver gives the stage a `sink` (`jobs.collect.RowSink`), each row's output rows go
+When the driver gives the stage a `sink` (`jobs.core.collect.RowSink`), each row's output rows go
 there the moment the row is done, and the block handed back to Ray Data is empty: a finished
 row then reaches the store without waiting for the rest of its block (an interrupted run keeps
 it). Without a sink (a stage called directly, as in unit tests) the block carries the rows.
@@ -23,9 +23,10 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from jobs.schemas import STATUS_ERROR, Table
+from jobs.core.callfields import redact
+from jobs.core.schemas import STATUS_ERROR, Table
 from serving.client import ChatClient, Endpoint
-from serving.config import ModelConfig
+from jobs.core.modelconfig import ModelConfig
 from serving.governance import DataGovernanceError
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ class ChatStage:
         raise NotImplementedError
 
     def failed_rows(self, row: dict[str, Any], error: str) -> list[dict[str, Any]]:
-        return [{**{k: row.get(k) for k in self.table.key}, "status": STATUS_ERROR, "error": error}]
+        return [{**{k: row.get(k) for k in self.table.key}, "status": STATUS_ERROR, "error": redact(error)}]
 
     async def _guarded(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         try:
@@ -79,13 +80,9 @@ class ChatStage:
         return out
 
     def _arrow(self, out: list[dict[str, Any]]) -> pa.Table:
-        df = pd.DataFrame(out)
-        for c in self.table.columns:
-            if c not in df.columns:
-                df[c] = None
-        # Cast here so every block has the table's schema (an all-null column would otherwise
-        # be typed `null` in one block and `string` in the next).
-        return pa.Table.from_pandas(df[self.table.columns], schema=self.table.schema, preserve_index=False)
+        # Cast to the table's schema so every block has it (an all-null column would otherwise
+        # be typed `null` in one block and `string` in the next); an unknown key is an error.
+        return self.table.to_arrow(out)
 
     async def __call__(self, batch: pd.DataFrame) -> pa.Table:
         rows = batch.to_dict("records")

@@ -196,7 +196,7 @@ def rubric_means(run_dir: Path, judges: list[str] | None) -> dict[str, float]:
     `<aggregate>_pass`, the fraction of evaluations that pass."""
     from analysis.columns import JUDGE, RESPONDER
     from analysis.scores import load_scores, rubrics_in, wide_view
-    from jobs.rubric import load_rubric
+    from jobs.core.rubric import load_rubric
 
     scores = load_scores(run_dir)
     if judges:

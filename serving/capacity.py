@@ -24,8 +24,8 @@ from typing import Any, Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from serving.config import ModelConfig
-from serving.configfiles import CONF_DIR, ConfigError, read_yaml, validated
+from jobs.core.modelconfig import ModelConfig
+from jobs.core.configfiles import CONF_DIR, ConfigError, read_yaml, validated
 
 GIB = 2**30
 

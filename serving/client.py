@@ -27,13 +27,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from serving.config import GenerationParams, ModelConfig
+from jobs.core.callfields import redact, register_key_env
+from jobs.core.modelconfig import GenerationParams, ModelConfig
+from jobs.core.schemas import STATUS_ERROR, STATUS_OK
 from serving.governance import Sensitivity, check_governance
 
 log = logging.getLogger(__name__)
 
-STATUS_OK = "ok"
-STATUS_ERROR = "error"
 
 _BACKOFF_BASE_S = 0.5
 _BACKOFF_CAP_S = 30.0
@@ -51,6 +51,7 @@ class Endpoint:
         # Served models need no key; the openai client insists on a non-empty one.
         if not self.model.api_key_env:
             return "not-needed"
+        register_key_env(self.model.api_key_env)  # this process redacts it from what it writes
         key = os.environ.get(self.model.api_key_env)
         if not key:
             raise RuntimeError(
@@ -138,7 +139,8 @@ def _is_retryable(exc: Exception) -> bool:
 
 def _describe(exc: Exception) -> str:
     status = getattr(exc, "status_code", None)
-    text = re.sub(r"\s+", " ", str(exc))[:300]
+    # Redacted before it is cut: a key cut in half would no longer match.
+    text = redact(re.sub(r"\s+", " ", str(exc)))[:300]
     return f"{type(exc).__name__}{f' {status}' if status else ''}: {text}"
 
 

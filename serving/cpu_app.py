@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from ray import serve
 
-from serving.config import ModelConfig
+from jobs.core.modelconfig import ModelConfig
 from serving.protocol import ChatCompletionRequest, ModelCard, ModelList, error_body
 
 log = logging.getLogger(__name__)

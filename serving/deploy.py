@@ -17,7 +17,7 @@ import urllib.request
 from pydantic import BaseModel, ConfigDict, Field
 
 from serving.client import Endpoint
-from serving.config import ModelConfig
+from jobs.core.modelconfig import ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +200,7 @@ def _main() -> None:
     def main(raw) -> None:
         from cluster.config import ClusterConfig
         from cluster.connect import connect
-        from serving.configfiles import ConfigError, load_model
+        from jobs.core.configfiles import ConfigError, load_model
 
         data = OmegaConf.to_container(raw, resolve=True)
         try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable, Literal
 
-from serving.config import ModelConfig
+from jobs.core.modelconfig import ModelConfig
 
 Sensitivity = Literal["public", "restricted"]
 

@@ -34,8 +34,8 @@ from typing import Any
 import yaml
 
 from serving.capacity import ACCELERATORS, check_fit
-from serving.config import ModelConfig
-from serving.configfiles import CONF_DIR, ConfigError, known_names, load_model
+from jobs.core.modelconfig import ModelConfig
+from jobs.core.configfiles import CONF_DIR, ConfigError, known_names, load_model
 from serving.deploy import VLLM_APP
 from serving.vllm_app import llm_config_kwargs
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from serving.config import ModelConfig
+from jobs.core.modelconfig import ModelConfig
 
 if TYPE_CHECKING:  # heavy imports stay out of module import time
     from ray.serve.deployment import Application

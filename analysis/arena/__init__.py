@@ -2,7 +2,7 @@
 optimization iteration (Figure 4), scores by theme (Figure 5) and by item, the optimization's
 before/after table, and agreement with human expert rankings (Cohen's kappa, Spearman).
 
-Reads the run's SCORES table (`jobs.schemas`, subject_type `session`) and the method's own
+Reads the run's SCORES table (`jobs.core.schemas`, subject_type `session`) and the method's own
 tables by their folder names (`cards`, `sessions`, `iterations`, `rankings`), never the method's
 job code; item names and pass marks come from the three scale rubric files.
 

@@ -30,7 +30,7 @@ from sklearn.metrics import cohen_kappa_score
 from analysis.arena.data import CARD_ID, COUNSELOR, EXPERT, MODEL_LABEL, OVERALL, RANK, SCALE, VARIANT, model_label
 from analysis.arena.passing import ordered_roles, total_col
 from analysis.arena.tables import iteration0, norm_col, with_normalized
-from jobs.rubric import Rubric
+from jobs.core.rubric import Rubric
 
 N = "n"
 LLM_VALUE, LLM_RANK, HUMAN_RANK = "llm_value", "llm_rank", "human_rank"

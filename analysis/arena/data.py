@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 
 from analysis.arena.passing import ROLES, SUBJECT_SESSION, TOTAL, session_results
 from analysis.columns import RUBRIC, SUBJECT_ID, SUBJECT_TYPE
-from jobs.rubric import Rubric, load_rubric
-from jobs.schemas import SCORES, STATUS_OK
+from jobs.core.rubric import Rubric, load_rubric
+from jobs.core.schemas import SCORES, STATUS_OK
 
 METHOD = "arena"
 # The scale rubrics when the run's scores name none (conf/rubric/<name>.yaml).

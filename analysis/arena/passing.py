@@ -23,8 +23,8 @@ import pandas as pd
 
 from analysis.columns import EVALUATION_KEY, ITEM, RUBRIC, SCORE_VALUE, STATUS, SUBJECT_ID, SUBJECT_TYPE
 from analysis.scores import wide_view
-from jobs.rubric import Rubric
-from jobs.schemas import STATUS_OK
+from jobs.core.rubric import Rubric
+from jobs.core.schemas import STATUS_OK
 
 # The subject type of a session's scores, and the three perspectives in report order (the
 # rubric files' `evaluator_role`). Restated here: the analysis never imports the method's job

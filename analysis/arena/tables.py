@@ -31,8 +31,8 @@ from analysis.arena.passing import (
     COMPLETE, ITEM_INDEX, OVERALL_PASS, ROLE, SCORE, TOTAL, ordered_roles, pass_col, total_col,
 )
 from analysis.columns import ITEM, SUBJECT_ID
-from jobs.rubric import Rubric
-from jobs.schemas import STATUS_OK
+from jobs.core.rubric import Rubric
+from jobs.core.schemas import STATUS_OK
 
 N = "n"
 MEASURE = "measure"

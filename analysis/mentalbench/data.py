@@ -23,9 +23,9 @@ from analysis.columns import (
     RESPONDER, RUBRIC_VERSION, SCORE, SUBJECT_TYPE,
 )
 from analysis.scores import load_scores, rubrics_in, wide_view
-from jobs.rubric import Rubric, load_rubric
-from jobs.schemas import SUBJECT_RESPONSE
-from serving.configfiles import ConfigError
+from jobs.core.rubric import Rubric, load_rubric
+from jobs.core.schemas import SUBJECT_RESPONSE
+from jobs.core.configfiles import ConfigError
 
 METHOD = "mentalbench"
 RUBRIC = "mentalbench"       # conf/rubric/mentalbench.yaml

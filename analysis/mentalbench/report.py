@@ -34,9 +34,9 @@ from analysis.mentalbench.ttests import attribute_significance, attribute_ttests
 from analysis.scores import invalid_count, load_scores, status_counts
 from analysis.stats import ALPHA, summarize_ttests
 from analysis.writer import ReportWriter, slug
-from jobs.rubric import Rubric, load_rubric
-from jobs.schemas import CONTEXTS, HUMAN_RESPONDER, RESPONSES, STATUSES
-from jobs.store import read_table
+from jobs.core.rubric import Rubric, load_rubric
+from jobs.core.schemas import CONTEXTS, HUMAN_RESPONDER, RESPONSES, STATUSES
+from jobs.core.store import read_table
 
 # rouge_score's pure-Python LCS takes ~30 ms per pair of long answers: 300 contexts x 9
 # responders (300-word answers) is a minute or two, and estimates each mean to a few thousandths.

@@ -18,7 +18,7 @@ from analysis.columns import (
 )
 from analysis.mentalbench.data import Ratings, as_ratings
 from analysis.mentalbench.tables import overall_table
-from jobs.schemas import HUMAN_RESPONDER, STATUS_OK
+from jobs.core.schemas import HUMAN_RESPONDER, STATUS_OK
 
 ROUGE_L = "rouge_l_f1"
 

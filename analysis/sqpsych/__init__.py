@@ -2,7 +2,7 @@
 statistics and readability, the LLM panel's 36-point rubric and its correlation with human
 experts, pairwise preference, and the report.
 
-Reads the run's DIALOGUES and SCORES tables (`jobs.schemas`) and its profiles folder; item
+Reads the run's DIALOGUES and SCORES tables (`jobs.core.schemas`) and its profiles folder; item
 names and aggregates come from the rubric files (`conf/rubric/sqpsych_panel.yaml`,
 `conf/rubric/sqpsych_preference.yaml`).
 

@@ -1,6 +1,6 @@
 """SQPsych's inputs as the analysis reads them: dialogues, their utterances, the profiles' groups.
 
-The dialogues table (`jobs.schemas.DIALOGUES`) holds one row per dialogue with its turns as a
+The dialogues table (`jobs.core.schemas.DIALOGUES`) holds one row per dialogue with its turns as a
 list; `utterances` explodes it into one row per turn, which every statistic and readability
 measure starts from. The profiles table (`RUN_DIR/profiles/`, written by the cohort step) is
 read generically from its Parquet folder (the analysis never imports the method's job code):
@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from jobs.schemas import DIALOGUES, STATUS_OK, TURN_STRUCT
-from jobs.store import read_table
+from jobs.core.schemas import DIALOGUES, STATUS_OK, TURN_STRUCT
+from jobs.core.store import read_table
 
 METHOD = "sqpsych"
 PANEL_RUBRIC = "sqpsych_panel"            # conf/rubric/sqpsych_panel.yaml
@@ -40,7 +40,7 @@ STATUS = DIALOGUES.column("status")
 TURN_FIELDS = [f.name for f in TURN_STRUCT]
 TURN, ROLE, TEXT, TOKENS, ROUND = "turn", "role", "text", "tokens", "round"
 if not {TURN, ROLE, TEXT, TOKENS, ROUND} <= set(TURN_FIELDS):
-    raise KeyError(f"jobs.schemas.TURN_STRUCT lacks a field the analysis reads; it has {TURN_FIELDS}")
+    raise KeyError(f"jobs.core.schemas.TURN_STRUCT lacks a field the analysis reads; it has {TURN_FIELDS}")
 TURN_MODEL = "turn_model"  # the turn's own `model` (the agent that spoke), renamed beside the therapist's
 WORDS = "words"            # whitespace words of an utterance: comparable across tokenizers
 

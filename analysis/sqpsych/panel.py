@@ -25,8 +25,8 @@ from analysis.columns import (
 )
 from analysis.scores import status_counts, wide_view
 from analysis.sqpsych.data import DIALOGUE_ID, MODEL
-from jobs.rubric import Rubric
-from jobs.schemas import STATUSES, SUBJECT_DIALOGUE
+from jobs.core.rubric import Rubric
+from jobs.core.schemas import STATUSES, SUBJECT_DIALOGUE
 
 RATER = "rater"
 MEASURE = "measure"

@@ -27,8 +27,8 @@ import pandas as pd
 from analysis.columns import (
     CONTEXT_ID, ITEM, JUDGE, N, RUBRIC, SCORE_VALUE, STATUS, STATUS_OK, SUBJECT_ID, SUBJECT_TYPE,
 )
-from jobs.rubric import Rubric
-from jobs.schemas import SUBJECT_PAIR
+from jobs.core.rubric import Rubric
+from jobs.core.schemas import SUBJECT_PAIR
 
 ORDER_AB, ORDER_BA = "ab", "ba"
 A, B, TIE = "A", "B", "tie"    # what an order's verdict says about the sessions as shown

@@ -31,7 +31,7 @@ from analysis.sqpsych.readability import readability_table
 from analysis.sqpsych.stats import dataset_table, ending_table
 from analysis.stats import ALPHA
 from analysis.writer import ReportWriter, Section, slug
-from jobs.rubric import Rubric, load_rubric
+from jobs.core.rubric import Rubric, load_rubric
 
 BENCH_DIR = "bench_answers"  # the benchmarks job's table; its section is analysis/sqpsych/benchmarks.py's
 EXPORT_DIR = "export"        # the fine-tuning export: one chat-format JSONL file per therapist model

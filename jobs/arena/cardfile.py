@@ -31,10 +31,10 @@ from jobs.arena.cards import (
 from jobs.arena.csvlines import read_csv_lines
 from jobs.arena.schemas import CARDS
 from jobs.arena.taxonomy import Taxonomy
-from jobs.rundir import check_writable, file_fingerprint, record_inputs
-from jobs.schemas import STATUS_INVALID, STATUS_OK
-from jobs.store import TableStore
-from serving.configfiles import ConfigError
+from jobs.core.rundir import check_writable, file_fingerprint, record_inputs
+from jobs.core.schemas import STATUS_INVALID, STATUS_OK
+from jobs.core.store import TableStore
+from jobs.core.configfiles import ConfigError
 
 # --- a cards file -> cards ------------------------------------------------------------------------
 

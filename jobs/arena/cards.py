@@ -47,14 +47,14 @@ from jobs.arena.common import ArenaRunConfig
 from jobs.arena.schemas import CARDS
 from jobs.arena.taxonomy import Taxonomy, load_taxonomy
 from jobs.config import ColumnMapping, DatasetConfig
-from jobs.preflight import summarize
-from jobs.rubric.parse import json_candidates
-from jobs.rundir import check_writable, file_fingerprint, record_inputs
-from jobs.schemas import STATUS_INVALID, STATUS_OK, STATUS_PARSE_ERROR
+from jobs.core.preflight import summarize
+from jobs.core.rubric.parse import json_candidates
+from jobs.core.rundir import check_writable, file_fingerprint, record_inputs
+from jobs.core.schemas import STATUS_INVALID, STATUS_OK, STATUS_PARSE_ERROR
 from jobs.stage import ChatStage
-from jobs.store import TableStore
-from serving.config import GenerationOverrides, GenerationParams
-from serving.configfiles import ConfigError, find_file, load_model
+from jobs.core.store import TableStore
+from jobs.core.modelconfig import GenerationOverrides, GenerationParams
+from jobs.core.configfiles import ConfigError, find_file, load_model
 from serving.governance import check_all
 
 # What a cards file may fill besides the card's fields: the CARDS columns that tie a card to

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from jobs.config import RunConfig
-from serving.config import GenerationOverrides
+from jobs.core.modelconfig import GenerationOverrides
 
 # The counselor prompts of the paper's Table 2: a plain assistant and a counseling prompt.
 DEFAULT_COUNSELOR_PROMPTS = {"vanilla": "arena/counselor_vanilla.txt", "psycho": "arena/counselor_psycho.txt"}

@@ -11,7 +11,7 @@ import csv
 import io
 from pathlib import Path
 
-from serving.configfiles import ConfigError
+from jobs.core.configfiles import ConfigError
 
 
 def read_csv_lines(path: Path, text: str, what: str) -> tuple[list[str], list[tuple[int, list[str]]]]:

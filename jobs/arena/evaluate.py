@@ -35,11 +35,11 @@ import pandas as pd
 from jobs.arena.common import ArenaRunConfig
 from jobs.arena.schemas import CARDS, ROLE_CLIENT, ROLE_COUNSELOR, ROLE_SUPERVISOR, SCALES, SESSIONS, SUBJECT_SESSION
 from jobs.dialogue import strictest
-from jobs.rubric import Rubric, load_rubric
+from jobs.core.rubric import Rubric, load_rubric
 from jobs.runner import plan_text
-from jobs.schemas import SCORES, STATUS_OK
-from jobs.store import TableStore
-from serving.configfiles import ConfigError, load_model
+from jobs.core.schemas import SCORES, STATUS_OK
+from jobs.core.store import TableStore
+from jobs.core.configfiles import ConfigError, load_model
 from serving.governance import check_all
 
 __all__ = ["EVAL_PLACEHOLDERS", "EvaluateConfig", "cards_sensitivity", "check_rubric", "evaluate_sessions",
@@ -216,7 +216,7 @@ def evaluate_sessions(cfg: ArenaRunConfig, session_ids: set[str] | None = None, 
     models = {n: load_model(n) for n in dict.fromkeys(n for ns in names.values() for n in ns)}
     # Every evaluator of every scale, before the first call of any.
     check_all(models.values(), sensitivity, f"the cards of {run_dir} (and the sessions role-played from them)")
-    from jobs.rundir import check_writable, record_inputs
+    from jobs.core.rundir import check_writable, record_inputs
 
     # A scale's version decides what its scores mean: another version on this run is refused;
     # more judges or models add rows.

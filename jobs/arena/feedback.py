@@ -21,7 +21,7 @@ import pandas as pd
 
 from analysis.arena.passing import ITEM, MAX, MIN, ROLE, SCORE, lowest_items, ordered_roles
 from analysis.columns import SUBJECT_ID
-from jobs.rubric import Rubric
+from jobs.core.rubric import Rubric
 
 __all__ = ["Feedback", "build_feedback", "render_anchors"]
 

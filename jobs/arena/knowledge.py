@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from jobs.arena.schemas import SCALES
-from serving.configfiles import ConfigError, find_file, read_yaml, search_dirs, validated
+from jobs.core.configfiles import ConfigError, find_file, read_yaml, search_dirs, validated
 
 DEFAULT_REF = "arena/knowledge_base.yaml"
 _ID = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")

@@ -53,14 +53,14 @@ from jobs.arena.schemas import CARDS, ITERATIONS, SESSIONS, SUBJECT_SESSION, ses
 from jobs.arena.sessions import SessionsConfig
 from jobs.dialogue import strictest
 from jobs.dialogue.engine import render
-from jobs.preflight import FailureSummary, summarize
-from jobs.rubric import Rubric
-from jobs.rundir import check_writable, file_fingerprint, record_inputs
+from jobs.core.preflight import FailureSummary, summarize
+from jobs.core.rubric import Rubric
+from jobs.core.rundir import check_writable, file_fingerprint, record_inputs
 from jobs.runner import plan_text, run_model_stage
-from jobs.schemas import SCORES, STATUS_OK
-from jobs.store import TableStore, read_table
-from serving.config import GenerationOverrides
-from serving.configfiles import ConfigError, find_file, load_model
+from jobs.core.schemas import SCORES, STATUS_OK
+from jobs.core.store import TableStore, read_table
+from jobs.core.modelconfig import GenerationOverrides
+from jobs.core.configfiles import ConfigError, find_file, load_model
 from serving.governance import check_governance
 
 __all__ = ["OptimizeConfig", "OptimizeSettings", "chain_states", "plan_reflections", "run", "select_parents"]

@@ -26,10 +26,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from jobs.arena.common import ArenaRunConfig
 from jobs.arena.csvlines import read_csv_lines
 from jobs.arena.schemas import CARDS, RANKINGS, SCALES
-from jobs.rundir import check_writable
-from jobs.schemas import STATUS_INVALID, STATUS_OK
-from jobs.store import TableStore
-from serving.configfiles import ConfigError, data_path
+from jobs.core.rundir import check_writable
+from jobs.core.schemas import STATUS_INVALID, STATUS_OK
+from jobs.core.store import TableStore
+from jobs.core.configfiles import ConfigError, data_path
 
 RANKING_SCALES = (*SCALES, "overall")
 KEY_FIELDS = ("expert", "card_id", "scale", "counselor", "variant")

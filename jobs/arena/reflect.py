@@ -12,8 +12,8 @@ from typing import Any
 
 
 from jobs.arena.schemas import ITERATIONS
-from jobs.rubric.parse import json_candidates
-from jobs.schemas import STATUS_ERROR, STATUS_OK, STATUS_PARSE_ERROR
+from jobs.core.rubric.parse import json_candidates
+from jobs.core.schemas import STATUS_ERROR, STATUS_OK, STATUS_PARSE_ERROR
 from jobs.stage import ChatStage
 
 

@@ -1,4 +1,4 @@
-"""Ψ-Arena's own tables. Scores go to the one shared `scores` table (`jobs.schemas.SCORES`,
+"""Ψ-Arena's own tables. Scores go to the one shared `scores` table (`jobs.core.schemas.SCORES`,
 subject_type `session`, subject_id = the session id, context_id = the card id, responder = the
 counselor model, judge = the evaluator model, evaluator_role = client / supervisor / counselor);
 the turns of every session go through the shared dialogue engine's `turns` / `dialogues` tables
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from jobs.schemas import CALL_FIELDS, GENERATION_FIELDS, TURN_STRUCT, Table
+from jobs.core.schemas import CALL_FIELDS, GENERATION_FIELDS, TURN_STRUCT, Table
 
 _RUN_FIELDS = [pa.field("run_id", pa.string()), pa.field("created_at", pa.timestamp("us", tz="UTC"))]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from serving.configfiles import find_file, read_yaml, search_dirs, validated
+from jobs.core.configfiles import find_file, read_yaml, search_dirs, validated
 
 DEFAULT_REF = "arena/topics.yaml"
 _ID = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")

@@ -22,9 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from jobs.dialogue.clean import clean_utterance, normalized
 from jobs.dialogue.rules import DialogueRules
-from jobs.schemas import ENDED_CAP, ENDED_ERROR, ENDED_STOP_TOKEN, STATUS_ERROR, STATUS_OK
+from jobs.core.callfields import call_fields
+from jobs.core.schemas import ENDED_CAP, ENDED_ERROR, ENDED_STOP_TOKEN, STATUS_ERROR, STATUS_OK
 from serving.client import ChatClient
-from serving.config import GenerationParams
+from jobs.core.modelconfig import GenerationParams
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 PHASE_PLACEHOLDER = "phase_instruction"
@@ -223,8 +224,7 @@ async def _one_turn(client: ChatClient, spec: DialogueSpec, params: GenerationPa
         row: dict[str, Any] = {
             "turn": turn, "role": role, "model": agent.model, "round": rules.round_of(turn),
             "phase": phase.name if phase else None, "regenerations": regenerations,
-            "status": res.status, "error": res.error, "attempts": attempts, "prompt_tokens": prompt_tokens,
-            "completion_tokens": res.completion_tokens, "finish_reason": res.finish_reason,
+            **call_fields(res, attempts=attempts, prompt_tokens=prompt_tokens),
             "raw": res.content, "text": None, "stop": False,
         }
         if not res.ok:

@@ -18,9 +18,9 @@ import pandas as pd
 
 from jobs.dialogue.engine import DialogueSpec
 from jobs.dialogue.stage import DialogueStage, strictest
-from jobs.schemas import DIALOGUES, TURNS
-from jobs.store import TableStore
-from serving.config import ModelConfig
+from jobs.core.schemas import DIALOGUES, TURNS
+from jobs.core.store import TableStore
+from jobs.core.modelconfig import ModelConfig
 from serving.governance import check_governance
 
 PLAN_COLUMNS = ["dialogue_id", "context_id", "model", "partner_model", "variant", "sensitivity", "spec", "done"]

@@ -16,12 +16,13 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
+from jobs.core.callfields import generation_fields, redact
 from jobs.dialogue.engine import DialogueResult, DialogueSpec, run_dialogue
 from jobs.dialogue.writer import TurnWriter
-from jobs.schemas import DIALOGUES, ENDED_ERROR, TURNS
+from jobs.core.schemas import DIALOGUES, ENDED_ERROR, TURNS
 from jobs.stage import ChatStage
-from jobs.store import TableStore
-from serving.config import GenerationParams
+from jobs.core.store import TableStore
+from jobs.core.modelconfig import GenerationParams
 
 def strictest(*values: Any) -> str:
     """`public` only when every given sensitivity says so; anything else (missing included) is
@@ -47,12 +48,11 @@ def dialogue_row(spec: DialogueSpec, result: DialogueResult, params: GenerationP
                   for t in turns],
         "n_turns": len(turns), "ended_by": result.ended_by,
         "stopped_at_turn": result.stopped_at_turn if result.ended_by == ENDED_ERROR else None,
-        "status": result.status, "error": result.error,
+        "status": result.status, "error": redact(result.error),
         "attempts": total("attempts"), "prompt_tokens": total("prompt_tokens"),
         "completion_tokens": total("completion_tokens"), "latency_s": total("latency_s", float),
         "finish_reason": turns[-1].get("finish_reason") if turns else None,
-        "temperature": params.temperature, "top_p": params.top_p, "max_tokens": params.max_tokens,
-        "seed": params.seed, "run_id": run_id, "created_at": datetime.now(timezone.utc),
+        **generation_fields(params), "run_id": run_id, "created_at": datetime.now(timezone.utc),
     }
 
 

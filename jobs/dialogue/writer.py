@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Any
 
-from jobs.store import TableStore
+from jobs.core.store import TableStore
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@
     the report that counts them per source;
   - `jobs/mentalbench/labels.py`: the condition taxonomy, the labeler's JSON schema, the label
     parser and `LabelStage`; the taxonomy itself is `conf/taxonomy/conditions.yaml`.
-- The judge rubric: `conf/rubric/mentalbench.yaml` (run by the shared rubric engine, `jobs/rubric/`).
+- The judge rubric: `conf/rubric/mentalbench.yaml` (run by the shared rubric engine, `jobs/core/rubric/`).
 - The prompts and the ratings-release mapping: `conf/mentalbench/` (see its README).
 - The experiments: `conf/experiment/mentalbench*.yaml` (`python -m jobs.pipeline experiment=...`).
 - The analysis (Alignment Factor, tables, report): `analysis/mentalbench/`.

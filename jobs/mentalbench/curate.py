@@ -41,10 +41,10 @@ from jobs.config import RunConfig, run_entrypoint
 from jobs.mentalbench.curation_filters import CurationReport, FilterConfig, apply_filters
 from jobs.mentalbench.curation_sources import SourceConfig, load_source, resolve_sources, summarize_source
 from jobs.mentalbench.labels import LabelingConfig, LabelStage, Taxonomy, count_notes
-from jobs.schemas import CONTEXTS, STATUS_ERROR, STATUS_OK, STATUS_PARSE_ERROR
-from jobs.store import TableStore
-from serving.config import ModelConfig
-from serving.configfiles import CONF_DIR, load_model
+from jobs.core.schemas import CONTEXTS, STATUS_ERROR, STATUS_OK, STATUS_PARSE_ERROR
+from jobs.core.store import TableStore
+from jobs.core.modelconfig import ModelConfig
+from jobs.core.configfiles import CONF_DIR, load_model
 from serving.governance import check_all
 
 # --- configuration -----------------------------------------------------------------------------
@@ -287,6 +287,6 @@ def main(raw: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from jobs.remote import run_main
+    from jobs.core.remote import run_main
 
     run_main(main)  # run_dir=s3://... (any pyarrow filesystem URI): a local copy, uploaded

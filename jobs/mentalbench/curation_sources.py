@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 
 from jobs.config import DatasetConfig
 from jobs.inputs import InputReport, read_contexts
-from serving.configfiles import ConfigError, find_group_file, read_yaml, validated
+from jobs.core.configfiles import ConfigError, find_group_file, read_yaml, validated
 
 __all__ = ["SourceConfig", "SourceSummary", "load_source", "resolve_sources", "summarize_source"]
 

@@ -18,10 +18,11 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from jobs.rubric.parse import json_candidates
-from jobs.schemas import CONTEXTS, STATUS_ERROR, STATUS_OK, STATUS_PARSE_ERROR
+from jobs.core.rubric.parse import json_candidates
+from jobs.core.callfields import call_fields
+from jobs.core.schemas import CONTEXTS, STATUS_ERROR, STATUS_OK, STATUS_PARSE_ERROR
 from jobs.stage import ChatStage
-from serving.config import GenerationOverrides
+from jobs.core.modelconfig import GenerationOverrides
 
 __all__ = ["Condition", "LabelParse", "LabelStage", "LabelingConfig", "Taxonomy", "count_notes",
            "label_note", "label_schema", "parse_labels"]
@@ -219,11 +220,9 @@ class LabelStage(ChatStage):
             response_format=self.response_format, sensitivity=self.sensitivity,
             request_key=f"{row['context_id']}|{self.labeler}",
         )
-        out = {**self._base(row), "attempts": result.attempts, "prompt_tokens": result.prompt_tokens,
-               "completion_tokens": result.completion_tokens, "latency_s": result.latency_s,
-               "finish_reason": result.finish_reason}
+        out = {**self._base(row), **call_fields(result)}
         if not result.ok:
-            return {**out, "status": STATUS_ERROR, "error": result.error}
+            return out
         parsed = parse_labels(result.content, self.taxonomy, self.labeling.max_labels)
         if parsed.labels is None:
             return {**out, "status": STATUS_PARSE_ERROR, "error": parsed.error}

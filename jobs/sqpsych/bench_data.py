@@ -28,7 +28,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from serving.configfiles import ConfigError, data_path, find_file, read_yaml, validated
+from jobs.core.configfiles import ConfigError, data_path, find_file, read_yaml, validated
 
 Kind = Literal["multi_label", "multiple_choice"]
 MULTI_LABEL: Kind = "multi_label"

@@ -42,15 +42,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from jobs.config import RunConfig, run_entrypoint
 from jobs.runner import plan_text, run_model_stage
-from jobs.schemas import CALL_FIELDS, GENERATION_FIELDS, STATUS_ERROR, STATUS_PARSE_ERROR, Table
+from jobs.core.schemas import CALL_FIELDS, GENERATION_FIELDS, STATUS_ERROR, STATUS_PARSE_ERROR, Table
 from jobs.sqpsych.bench_data import (
     CBT_TASKS, COUNSELINGBENCH, MULTIPLE_CHOICE, BenchItem, TaskSpec, answer_format, json_instruction, load_cbt,
     load_layout, load_mcq, mcq_spec, parse_answer, parse_json_answer,
 )
 from jobs.stage import ChatStage
-from jobs.store import TableStore
-from serving.config import GenerationOverrides
-from serving.configfiles import ConfigError, data_path, find_file, load_model
+from jobs.core.store import TableStore
+from jobs.core.modelconfig import GenerationOverrides
+from jobs.core.configfiles import ConfigError, data_path, find_file, load_model
 from serving.governance import check_all
 
 Mode = Literal["zero_shot", "zero_shot_cot"]

@@ -28,7 +28,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from jobs.sqpsych.records import FLAT_FIELDS, SCALES, ClientRecord
-from serving.configfiles import ConfigError, find_group_file, read_yaml, search_dirs, validated
+from jobs.core.configfiles import ConfigError, find_group_file, read_yaml, search_dirs, validated
 
 CODEBOOK_GROUP = "sqpsych/codebooks"
 SCALE_ORDER = ("bdi", "hamd", "hama")  # the order of the questionnaires in a profile

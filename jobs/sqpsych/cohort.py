@@ -33,11 +33,11 @@ from typing import Any, Literal, Protocol
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from jobs.schemas import STATUS_INVALID, STATUS_OK
+from jobs.core.schemas import STATUS_INVALID, STATUS_OK
 from jobs.sqpsych.records import FLAT_FIELDS, SCALES, ClientRecord, item_problems
 from jobs.sqpsych.schemas import PROFILES
-from jobs.store import TableStore
-from serving.configfiles import ConfigError, data_path, find_group_file, read_yaml, validated
+from jobs.core.store import TableStore
+from jobs.core.configfiles import ConfigError, data_path, find_group_file, read_yaml, validated
 
 PAPER_SPLIT_SHARES = (("test", 253 / 2090), ("dev", 144 / 2090), ("train", 1693 / 2090))
 

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from jobs.import_ratings import ImportReport, RatingsImportConfig, _merge, _parse_args, ratings_to_rows, read_ratings_csv
-from jobs.rubric import load_rubric
-from jobs.schemas import DIALOGUES, SCORES, SCORES_CALL_KEY, SUBJECT_DIALOGUE, SUBJECT_RESPONSE
-from jobs.store import TableStore
-from serving.configfiles import ConfigError, find_group_file, read_yaml, validated
+from jobs.core.rubric import load_rubric
+from jobs.core.schemas import DIALOGUES, SCORES, SCORES_CALL_KEY, SUBJECT_DIALOGUE, SUBJECT_RESPONSE
+from jobs.core.store import TableStore
+from jobs.core.configfiles import ConfigError, find_group_file, read_yaml, validated
 
 __all__ = ["PRESET", "dialogue_subject_id", "import_expert_scores", "main"]
 

@@ -38,9 +38,9 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from jobs.schemas import DIALOGUES, STATUS_OK
-from jobs.store import TableStore
-from serving.configfiles import ConfigError, find_file
+from jobs.core.schemas import DIALOGUES, STATUS_OK
+from jobs.core.store import TableStore
+from jobs.core.configfiles import ConfigError, find_file
 
 EXPORT_DIR = "export"
 MANIFEST = "manifest.json"

@@ -30,13 +30,13 @@ from pydantic import Field
 
 from jobs.config import RunConfig
 from jobs.judge import judge_planned
-from jobs.rubric import Rubric, load_rubric
+from jobs.core.rubric import Rubric, load_rubric
 from jobs.runner import plan_text
-from jobs.schemas import DIALOGUES, STATUS_OK, SUBJECT_DIALOGUE
+from jobs.core.schemas import DIALOGUES, STATUS_OK, SUBJECT_DIALOGUE
 from jobs.sqpsych.schemas import PROFILES
-from jobs.store import TableStore
-from serving.config import GenerationOverrides
-from serving.configfiles import ConfigError, load_model
+from jobs.core.store import TableStore
+from jobs.core.modelconfig import GenerationOverrides
+from jobs.core.configfiles import ConfigError, load_model
 from serving.governance import check_all
 
 __all__ = ["JudgingConfig", "PanelConfig", "plan_panel", "read_profiles",

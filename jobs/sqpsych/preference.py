@@ -28,13 +28,13 @@ import pandas as pd
 from pydantic import Field, field_validator
 
 from jobs.judge import judge_planned
-from jobs.rubric import load_rubric
-from jobs.schemas import DIALOGUES, SUBJECT_PAIR
+from jobs.core.rubric import load_rubric
+from jobs.core.schemas import DIALOGUES, SUBJECT_PAIR
 from jobs.sqpsych.panel import (
     PROFILES_DIR, JudgingConfig, check_placeholders, ok_dialogues, planned_profiles, print_plan, read_profiles,
     render_transcript, subjects_sensitivity,
 )
-from serving.configfiles import ConfigError, load_model
+from jobs.core.configfiles import ConfigError, load_model
 from serving.governance import check_all
 
 __all__ = ["ORDERS", "PreferenceConfig", "model_pairs", "pair_subject_id", "plan_preferences", "run",

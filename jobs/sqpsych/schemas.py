@@ -6,14 +6,14 @@ the cohort's sensitivity (`restricted` unless the cohort file says `public`), so
 step re-reads the source cohort and every step can refuse an external model from the rows
 alone. A record that could not be used is a row with status `invalid` and the reason in
 `error` (client, item, value, CSV line), never a missing row. Dialogues, scores and the other
-shared tables (`jobs.schemas`) refer to a profile by its `context_id`, the client id.
+shared tables (`jobs.core.schemas`) refer to a profile by its `context_id`, the client id.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from jobs.schemas import Table
+from jobs.core.schemas import Table
 
 PROFILES = Table(
     name="profiles",

@@ -34,9 +34,9 @@ from pydantic import Field
 from jobs.config import RunConfig
 from jobs.dialogue import AgentSpec, Countdown, DialogueRules, DialogueSpec, run_dialogues
 from jobs.sqpsych.schemas import PROFILES
-from jobs.store import TableStore
-from serving.config import GenerationOverrides
-from serving.configfiles import ConfigError, find_file, load_model
+from jobs.core.store import TableStore
+from jobs.core.modelconfig import GenerationOverrides
+from jobs.core.configfiles import ConfigError, find_file, load_model
 
 THERAPIST, CLIENT = "therapist", "client"
 STOP_TOKEN = "[/END]"
@@ -158,7 +158,7 @@ def run(cfg: SynthesizeConfig) -> int:
     counts = run_dialogues(specs, sensitivities, models, cfg, desc="synthesize")
     if cfg.dry_run:
         return 0
-    from jobs.preflight import FailureSummary, summarize
+    from jobs.core.preflight import FailureSummary, summarize
 
     return summarize("synthesize", counts["ok"], counts["failed"], counts.failures or FailureSummary(),
                      cfg.max_failed_fraction, "dialogues", Path(cfg.run_dir) / "dialogues")

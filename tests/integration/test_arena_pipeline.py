@@ -12,7 +12,7 @@ import json
 import pandas as pd
 import pytest
 
-from jobs.rubric import load_rubric
+from jobs.core.rubric import load_rubric
 from tests.conftest import run_job
 
 pytestmark = pytest.mark.integration

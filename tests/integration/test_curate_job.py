@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from jobs.schemas import CONTEXTS
+from jobs.core.schemas import CONTEXTS
 from tests.conftest import ROOT, run_job
 
 pytestmark = pytest.mark.integration

@@ -27,7 +27,7 @@ def _job(run_dir: str, base_url: str) -> int:
     from cluster.config import ClusterConfig
     from jobs.config import RunConfig
     from jobs.dialogue import AgentSpec, DialogueRules, DialogueSpec, run_dialogues
-    from serving.config import ModelConfig
+    from jobs.core.modelconfig import ModelConfig
     from serving.deploy import ServingConfig
 
     model = ModelConfig(name="fake", display_name="fake", family="fake", provider="openai", source="fake",

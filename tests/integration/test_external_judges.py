@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 
 from jobs.judge import JudgeStage
-from jobs.rubric import load_rubric
+from jobs.core.rubric import load_rubric
 from jobs.stage import endpoints_to_spec
 from serving.client import Endpoint
-from serving.configfiles import load_model
+from jobs.core.configfiles import load_model
 
 pytestmark = [pytest.mark.external_api, pytest.mark.integration]
 JUDGES = ["gpt-4o", "gpt-4o-mini", "o4-mini", "claude-3-7-sonnet", "gemini-2-5-flash", "deepseek-v3"]

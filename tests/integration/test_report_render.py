@@ -19,8 +19,8 @@ import pytest
 from analysis.columns import CONTEXT_ID, HUMAN_RESPONSE, MODEL, RESPONDER, RESPONSE, RESPONSE_STATUS
 from analysis.report import build_report
 from analysis.scores import load_scores
-from jobs.schemas import CONTEXTS, HUMAN_RESPONDER, RESPONSES, STATUS_OK
-from jobs.store import TableStore
+from jobs.core.schemas import CONTEXTS, HUMAN_RESPONDER, RESPONSES, STATUS_OK
+from jobs.core.store import TableStore
 from tests.unit.analysis.helpers import import_sample
 
 pytestmark = pytest.mark.integration

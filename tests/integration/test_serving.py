@@ -9,7 +9,7 @@ import urllib.request
 import openai
 import pytest
 
-from serving.configfiles import REPO_ROOT, load_model
+from jobs.core.configfiles import REPO_ROOT, load_model
 from serving.deploy import ServingConfig, ensure
 
 pytestmark = pytest.mark.integration

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.config import ModelConfig
+from jobs.core.modelconfig import ModelConfig
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -195,7 +195,7 @@ def test_chat_answer_with_usage(hosted):
 
 def test_json_schema_answer_parses(hosted):
     """Structured outputs (vLLM's guided decoding) make even the 270M base model emit valid JSON."""
-    from serving.config import GenerationParams
+    from jobs.core.modelconfig import GenerationParams
 
     _, endpoint, _ = hosted
     schema = {

@@ -1,10 +1,17 @@
-"""The layout's rules, read from the source: each method has its own room on shared parts.
+"""The layout's rules, read from the source (docs/architecture.md draws them):
 
+core (`jobs/core/`) -> serving, cluster -> shared jobs -> methods -> pipeline; analysis on core.
+
+- the core imports nothing of the project above it;
+- `serving/` and `cluster/` import the core and nothing else of `jobs/`, never `analysis/`;
+- `analysis/` imports the core only (no other `jobs/`, no `serving/`, no Ray, no model code);
+- nothing in `jobs/` imports `analysis/`: the pipeline finds a method's report in the registry;
 - shared code in `jobs/` and `analysis/` never imports a method package (`jobs/<method>/`,
   `analysis/<method>/`), and never names one in code;
 - a method package never imports another method's;
-- `serving/` and `cluster/` import neither `jobs/` nor `analysis/` (they sit below them);
-- `analysis/` imports no Ray and no model code.
+- no import circle among the project's modules, and no import of a project module inside a
+  function (which is how circles hide), except the engines that pull in heavy optional
+  dependencies (llama.cpp, vLLM).
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-SHARED_SUBPACKAGES = {"rubric", "dialogue"}  # packages inside jobs/ that are shared machinery, not methods
+SHARED_SUBPACKAGES = {"core", "dialogue", "rate"}  # packages inside jobs/ that are shared machinery, not methods
 # `python -m jobs.curate` is a documented command: a two-line alias for MentalBench's curation.
 COMMAND_ALIASES = {ROOT / "jobs" / "curate.py"}
 
@@ -94,21 +101,110 @@ def test_no_method_imports_another():
     assert not bad, bad
 
 
+PROJECT = ("jobs", "analysis", "serving", "cluster")
+
+
+def is_core(mod: str) -> bool:
+    return mod == "jobs.core" or mod.startswith("jobs.core.")
+
+
+def test_core_imports_nothing_above_it():
+    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in sorted((ROOT / "jobs" / "core").rglob("*.py"))
+           for m in imports(p) if m.split(".")[0] in PROJECT and not is_core(m)]
+    assert not bad, bad
+
+
 @pytest.mark.parametrize("top", ["serving", "cluster"])
-def test_lower_layers_never_import_jobs_or_analysis(top):
+def test_serving_and_cluster_stand_on_the_core_only(top):
     bad = [f"{p.relative_to(ROOT)} imports {m}" for p in modules(top) for m in imports(p)
-           if m.split(".")[0] in ("jobs", "analysis")]
+           if m.split(".")[0] == "analysis" or (m.split(".")[0] == "jobs" and not is_core(m))]
     assert not bad, bad
 
 
-def test_analysis_imports_no_ray_or_model_code():
+def test_analysis_stands_on_the_core_only():
     bad = [f"{p.relative_to(ROOT)} imports {m}" for p in modules("analysis") for m in imports(p)
-           if m.split(".")[0] in ("ray", "vllm", "llama_cpp", "openai") or m.startswith("serving.client")]
+           if m.split(".")[0] in ("ray", "vllm", "llama_cpp", "openai", "serving", "cluster")
+           or (m.split(".")[0] == "jobs" and not is_core(m))]
     assert not bad, bad
+
+
+def test_jobs_never_import_analysis():
+    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in modules("jobs") for m in imports(p)
+           if m.split(".")[0] == "analysis"]
+    assert not bad, bad
+
+
+# Imported inside a function on purpose: each pulls in a heavy optional dependency at its top.
+LAZY_ALLOWED = {"serving.cpu_app", "serving.vllm_app", "serving.engines.llamacpp", "serving.engines.llamaserver"}
+
+
+def function_imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = []
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Import):
+                    out += [(n.lineno, a.name) for a in n.names]
+                elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
+                    out += [(n.lineno, n.module)] + [(n.lineno, f"{n.module}.{a.name}") for a in n.names]
+    return out
+
+
+def test_no_project_import_inside_a_function():
+    bad = sorted({f"{p.relative_to(ROOT)}:{line} imports {m}" for top in PROJECT for p in modules(top)
+                  for line, m in function_imports(p)
+                  if m.split(".")[0] in PROJECT and m in module_paths() and m not in LAZY_ALLOWED})
+    assert not bad, bad
+
+
+def module_paths() -> dict[str, Path]:
+    out = {}
+    for top in PROJECT:
+        for p in modules(top):
+            parts = list(p.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = p
+    return out
+
+
+def test_no_import_circle():
+    """Module-level imports among the project's modules form no cycle (a package's `__init__`
+    importing its own submodules is not one)."""
+    paths = module_paths()
+
+    def deps(mod: str) -> set[str]:
+        out = set()
+        for m in imports(paths[mod]):
+            # `from pkg import name` may name a submodule: the deepest known module wins.
+            while m and m not in paths:
+                m = m.rpartition(".")[0]
+            if m and m != mod and not mod.startswith(m + ".") and not m.startswith(mod + "."):
+                out.add(m)
+        return out
+
+    graph = {m: deps(m) for m in paths}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                cycles.append(" -> ".join(stack[stack.index(d):] + [d]) if d in stack else f"{m} -> {d}")
+            elif d not in state:
+                visit(d, stack + [d])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, cycles
 
 
 def test_modules_stay_small():
-    """Modules of a few hundred lines (STYLE.md): none over 450."""
+    """Modules of a few hundred lines (STYLE.md): none over 400."""
     big = [f"{p.relative_to(ROOT)}: {n}" for top in ("jobs", "analysis", "serving", "cluster")
-           for p in modules(top) if (n := len(p.read_text(encoding="utf-8").splitlines())) > 450]
+           for p in modules(top) if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400]
     assert not big, big

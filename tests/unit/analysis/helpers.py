@@ -9,13 +9,13 @@ from typing import Any
 import pandas as pd
 
 from jobs.import_ratings import RatingsImportConfig, import_ratings
-from jobs.rubric import Rubric, load_rubric
-from jobs.schemas import (
+from jobs.core.rubric import Rubric, load_rubric
+from jobs.core.schemas import (
     JUDGE_TYPE_LLM, SCORES, STATUS_INVALID, STATUS_OK, STATUS_PARSE_ERROR, SUBJECT_RESPONSE,
     response_subject_id,
 )
-from jobs.store import TableStore
-from serving.configfiles import read_yaml
+from jobs.core.store import TableStore
+from jobs.core.configfiles import read_yaml
 from tests.conftest import ROOT
 
 MENTALBENCH = load_rubric("mentalbench")

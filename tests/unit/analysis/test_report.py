@@ -66,7 +66,7 @@ def test_no_method_is_a_clear_error(tmp_path, capsys):
 
 
 def test_rubrics_of_several_methods_need_a_choice(tmp_path, monkeypatch):
-    from jobs.rubric import load_rubric
+    from jobs.core.rubric import load_rubric
 
     toy = tmp_path / "toy.yaml"
     toy.write_text(TOY)
@@ -95,9 +95,9 @@ def test_cli_passes_the_methods_options(tmp_path, capsys):
 
 
 def test_analysis_imports_no_ray_serving_or_models():
-    # serving.client (and the config modules under it) come in through jobs.schemas, which takes
+    # serving.client (and the config modules under it) come in through jobs.core.schemas, which takes
     # STATUS_OK / STATUS_ERROR from it: allowed until those constants move below serving/.
-    allowed = {"serving", "serving.configfiles", "serving.config", "serving.governance", "serving.client"}
+    allowed = {"serving", "jobs.core.configfiles", "jobs.core.modelconfig", "serving.governance", "serving.client"}
     code = ("import sys, analysis, analysis.report, analysis.mentalbench, analysis.mentalbench.report; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('ray', 'cluster', 'torch', 'vllm', 'llama_cpp', 'openai', 'fastapi', 'starlette', 'transformers') "

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from analysis.report import NotARunError, build_report, check_run_dir, find_method, main
-from jobs.schemas import RESPONSES, TABLES
+from jobs.core.schemas import RESPONSES, TABLES
 from tests.conftest import ROOT
 
 
@@ -63,7 +63,7 @@ def test_what_makes_a_run_directory(marker, tmp_path):
 
 
 def test_a_methods_own_table_makes_a_run_directory(tmp_path):
-    """Tables a method defines itself (not in jobs.schemas.TABLES) are folders of part files too."""
+    """Tables a method defines itself (not in jobs.core.schemas.TABLES) are folders of part files too."""
     (tmp_path / "some_method_table").mkdir()
     with pytest.raises(NotARunError):
         check_run_dir(tmp_path)  # an empty folder is not a table

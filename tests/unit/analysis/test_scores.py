@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from analysis.scores import evaluations, invalid_count, rubrics_in, status_counts, wide_view
-from jobs.rubric import load_rubric
-from jobs.schemas import JUDGE_TYPE_HUMAN, STATUS_ERROR, STATUS_INVALID, STATUS_OK, STATUS_PARSE_ERROR
+from jobs.core.rubric import load_rubric
+from jobs.core.schemas import JUDGE_TYPE_HUMAN, STATUS_ERROR, STATUS_INVALID, STATUS_OK, STATUS_PARSE_ERROR
 from tests.unit.analysis.helpers import scores_frame
 
 TOY = """\

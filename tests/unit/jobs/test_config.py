@@ -15,7 +15,7 @@ from jobs import pipeline
 from jobs.config import (
     ChainConfig, ConfigError, GenerateConfig, JudgeConfig, method_config, validate, with_group_names,
 )
-from serving.configfiles import load_model
+from jobs.core.configfiles import load_model
 from tests.conftest import ROOT, run_job, write_model_dir
 
 CONF = ROOT / "conf"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.config import ConfigError, DatasetConfig
-from serving.configfiles import validated
+from jobs.core.configfiles import validated
 from tests.conftest import run_job
 
 BASE = {"name": "t", "path": "data/demo/counselchat_demo.csv", "sensitivity": "public",

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 
 from jobs.import_ratings import ImportReport, RatingsImportConfig, import_ratings, main, read_ratings_csv
-from jobs.rubric import load_rubric
-from jobs.schemas import (
+from jobs.core.rubric import load_rubric
+from jobs.core.schemas import (
     HUMAN_RESPONDER, RESPONSES, SCORES, SCORES_CALL_KEY, STATUS_INVALID, STATUS_OK, STATUS_PARSE_ERROR,
 )
-from jobs.store import TableStore
-from serving.configfiles import ConfigError, read_yaml
+from jobs.core.store import TableStore
+from jobs.core.configfiles import ConfigError, read_yaml
 from tests.conftest import ROOT
 
 ATTRS = ("Guidance", "Informativeness", "Relevance", "Safety", "Empathy", "Helpfulness", "Understanding")

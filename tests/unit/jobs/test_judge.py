@@ -16,13 +16,13 @@ import pytest
 import yaml
 
 from jobs.judge import JudgeStage, call_counter, failed_calls, plan_judgments, run_contexts
-from jobs.rubric import load_rubric
-from jobs.schemas import CONTEXTS, RESPONSES, SCORES, SCORES_CALL_KEY, response_subject_id
+from jobs.core.rubric import load_rubric
+from jobs.core.schemas import CONTEXTS, RESPONSES, SCORES, SCORES_CALL_KEY, response_subject_id
 from jobs.stage import endpoints_to_spec
-from jobs.store import TableStore
+from jobs.core.store import TableStore
 from serving.client import Endpoint
-from serving.config import ModelConfig
-from serving.configfiles import ConfigError
+from jobs.core.modelconfig import ModelConfig
+from jobs.core.configfiles import ConfigError
 from tests.fakes.openai_server import FakeServer
 
 ATTRS = ["Guidance", "Informativeness", "Relevance", "Safety", "Empathy", "Helpfulness", "Understanding"]

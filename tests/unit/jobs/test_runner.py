@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from jobs.runner import plan_text, stage_workers
-from serving.config import GenerationOverrides
-from serving.configfiles import load_model
+from jobs.core.modelconfig import GenerationOverrides
+from jobs.core.configfiles import load_model
 
 
 def test_stage_workers_never_exceed_the_smallest_concurrency_limit():
@@ -29,7 +29,7 @@ def test_counts_carry_the_failure_reasons_and_a_pair_counter_gets_them_too():
     """Item 3: a job ends with its failure reasons counted, whatever counter its stage uses."""
     import pyarrow as pa
 
-    from jobs.preflight import Counted
+    from jobs.core.preflight import Counted
     from jobs.runner import _with_reasons, count_rows
 
     batch = pa.table({"status": ["ok", "error", "error"],

@@ -15,13 +15,13 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from jobs.schemas import RESPONSES, SCORES
-from jobs.store import TableStore
+from jobs.core.schemas import RESPONSES, SCORES
+from jobs.core.store import TableStore
 from jobs.sweep import (
     POINT_RECORD, distinguishing, find_points, method_headline, point_run_dir, report, shared_run_dir,
     summarize, sweep_exit_code, write_summary,
 )
-from serving.config import GenerationOverrides
+from jobs.core.modelconfig import GenerationOverrides
 from tests.conftest import ROOT, run_job
 
 ATTRS = {"Guidance": 4, "Informativeness": 2, "Relevance": 3, "Safety": 5,  # css = 3.5

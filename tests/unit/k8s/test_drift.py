@@ -11,7 +11,7 @@ import difflib
 
 import pytest
 
-from serving.configfiles import CONF_DIR, load_model
+from jobs.core.configfiles import CONF_DIR, load_model
 from serving.manifests import compose, named_models, render, render_args
 from serving.vllm_app import llm_config_kwargs
 from tests.unit.k8s.helpers import K8S, by_kind, manifest, manifest_files, serve_llm_configs

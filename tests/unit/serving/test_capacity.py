@@ -9,7 +9,7 @@ from serving.capacity import (
     check_fit, estimate_tokens, fit_lines, load_throughput, plan_lines,
 )
 from serving.capacity import FitError
-from serving.configfiles import CONF_DIR, known_names, load_model
+from jobs.core.configfiles import CONF_DIR, known_names, load_model
 
 GPU_MODELS = [n for n in known_names("model", [CONF_DIR]) if load_model(n).engine == "vllm"]
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from serving.client import ChatClient, Endpoint, split_reasoning
-from serving.config import GenerationParams, ModelConfig
+from jobs.core.modelconfig import GenerationParams, ModelConfig
 from serving.governance import DataGovernanceError
 from tests.fakes.openai_server import FakeServer
 

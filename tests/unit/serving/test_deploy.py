@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from serving.configfiles import REPO_ROOT, load_model
+from jobs.core.configfiles import REPO_ROOT, load_model
 from serving.deploy import ServingConfig, base_url, ensure
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from serving.capacity import FitError
-from serving.configfiles import ConfigError, load_model
+from jobs.core.configfiles import ConfigError, load_model
 from serving.manifests import (
     compose, dns_name, gpu_nodes, main, named_models, pack_nodes, render, render_args, served_gpu_models,
 )

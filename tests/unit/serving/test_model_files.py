@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serving.config import ModelConfig
+from jobs.core.modelconfig import ModelConfig
 from serving.vllm_app import build_llm_config, build_vllm_app, llm_config_kwargs
 
 REPO_ROOT = Path(__file__).resolve().parents[3]

@@ -10,9 +10,9 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 from jobs.arena.schemas import CARDS, ITERATIONS, RANKINGS, SESSIONS, session_id
-from jobs.rubric import Rubric
-from jobs.schemas import JUDGE_TYPE_LLM, SCORES, STATUS_INVALID, STATUS_OK
-from jobs.store import TableStore
+from jobs.core.rubric import Rubric
+from jobs.core.schemas import JUDGE_TYPE_LLM, SCORES, STATUS_INVALID, STATUS_OK
+from jobs.core.store import TableStore
 
 CLIENT_ITEMS = ["trust", "empathy", "communication_clarity", "equality", "inclusiveness", "humor", "candor",
                 "feeling_understood", "respect", "attentiveness", "helpfulness", "emotional_relief",

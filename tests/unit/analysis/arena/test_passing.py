@@ -151,7 +151,7 @@ def test_lowest_items_order_and_ties():
 
 
 def test_rubric_without_total_is_named():
-    from jobs.rubric import Rubric
+    from jobs.core.rubric import Rubric
 
     bad = Rubric(name="odd", version="1", scale={"min": 0, "max": 4}, items=[{"name": "a", "definition": "a"}],
                  subject="session", placeholders=["transcript"])

@@ -7,7 +7,7 @@ import pytest
 
 from analysis.columns import N
 from analysis.mentalbench import families_from_names, krippendorff_table, self_family_preference
-from jobs.schemas import HUMAN_RESPONDER, JUDGE_TYPE_HUMAN
+from jobs.core.schemas import HUMAN_RESPONDER, JUDGE_TYPE_HUMAN
 from tests.unit.analysis.helpers import ATTRIBUTES, SAMPLE_JUDGES, rating, scores_frame
 
 

@@ -17,7 +17,7 @@ from analysis.mentalbench import (
     absolute_differences, alignment_by_responder, alignment_factor, alignment_ttests, paired_scores,
     signed_bias,
 )
-from jobs.schemas import JUDGE_TYPE_HUMAN
+from jobs.core.schemas import JUDGE_TYPE_HUMAN
 from tests.unit.analysis.helpers import ATTRIBUTES, SAMPLE_JUDGES, rating, scores_frame
 
 

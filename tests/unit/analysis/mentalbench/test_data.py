@@ -12,7 +12,7 @@ import pytest
 from analysis.mentalbench import OVERALL, ratings
 from analysis.mentalbench.data import run_rubric
 from analysis.scores import invalid_count
-from jobs.schemas import JUDGE_TYPE_HUMAN, STATUS_ERROR
+from jobs.core.schemas import JUDGE_TYPE_HUMAN, STATUS_ERROR
 from tests.unit.analysis.helpers import ATTRIBUTES, MENTALBENCH, rating, scores_frame
 
 

@@ -9,8 +9,8 @@ import pandas as pd
 
 from analysis.mentalbench.report import build_report
 from analysis.report import main
-from jobs.schemas import JUDGE_TYPE_HUMAN, JUDGE_TYPE_LLM, SCORES, STATUS_OK, STATUS_PARSE_ERROR
-from jobs.store import TableStore
+from jobs.core.schemas import JUDGE_TYPE_HUMAN, JUDGE_TYPE_LLM, SCORES, STATUS_OK, STATUS_PARSE_ERROR
+from jobs.core.store import TableStore
 from tests.unit.analysis.helpers import rating, write_scores
 
 

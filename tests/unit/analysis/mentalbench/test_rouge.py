@@ -10,8 +10,8 @@ import pytest
 from analysis.columns import CONTEXT_ID, HUMAN_LABEL, HUMAN_RESPONSE, MODEL, N, RESPONDER, RESPONSE, RESPONSE_STATUS
 from analysis.mentalbench import rouge_by_responder, rouge_correlation, rouge_l_scores
 from analysis.mentalbench.rouge import ROUGE_L
-from jobs.schemas import CONTEXTS, HUMAN_RESPONDER, JUDGE_TYPE_HUMAN, RESPONSES, STATUS_OK
-from jobs.store import TableStore
+from jobs.core.schemas import CONTEXTS, HUMAN_RESPONDER, JUDGE_TYPE_HUMAN, RESPONSES, STATUS_OK
+from jobs.core.store import TableStore
 from tests.unit.analysis.helpers import rating, scores_frame
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from analysis.columns import AVERAGE_LABEL, HUMAN_LABEL, N
 from analysis.mentalbench import alignment_factor, attribute_table, attribute_tables, css_ars_table, overall_table
-from jobs.schemas import HUMAN_RESPONDER, JUDGE_TYPE_HUMAN, STATUS_ERROR
+from jobs.core.schemas import HUMAN_RESPONDER, JUDGE_TYPE_HUMAN, STATUS_ERROR
 from tests.unit.analysis.helpers import ATTRIBUTES, SAMPLE_JUDGES, SAMPLE_RESPONDER_MAP, rating, scores_frame
 
 

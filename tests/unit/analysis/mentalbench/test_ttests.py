@@ -12,7 +12,7 @@ from scipy import stats
 from analysis.columns import AVERAGE_LABEL, HUMAN_LABEL, N
 from analysis.mentalbench import attribute_significance, attribute_ttests, paired_ttests, significance_summary
 from analysis.stats import holm
-from jobs.schemas import JUDGE_TYPE_HUMAN
+from jobs.core.schemas import JUDGE_TYPE_HUMAN
 from tests.unit.analysis.helpers import ATTRIBUTES, SAMPLE_JUDGES, rating, scores_frame
 
 

@@ -1,5 +1,5 @@
 """Builders for the SQPsych analysis tests: dialogues, panel scores and preference verdicts
-written by hand, in the shape the jobs write them (`jobs.schemas`)."""
+written by hand, in the shape the jobs write them (`jobs.core.schemas`)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import Any
 
 import pandas as pd
 
-from jobs.rubric import Rubric, load_rubric
-from jobs.schemas import (
+from jobs.core.rubric import Rubric, load_rubric
+from jobs.core.schemas import (
     DIALOGUES, JUDGE_TYPE_HUMAN, JUDGE_TYPE_LLM, SCORES, STATUS_ERROR, STATUS_INVALID, STATUS_OK,
     SUBJECT_DIALOGUE,
 )
-from jobs.store import TableStore
+from jobs.core.store import TableStore
 
 # A panel rubric small enough to compute by hand: the same shape as the paper's (items 0-2,
 # sums per part and a total), three items instead of eighteen.

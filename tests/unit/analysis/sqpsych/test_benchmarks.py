@@ -12,7 +12,7 @@ from analysis.sqpsych.benchmarks import benchmark_metrics, benchmark_section, pe
 from analysis.writer import ReportWriter
 from jobs.sqpsych.bench_data import CBT_CD
 from jobs.sqpsych.benchmarks import BENCH_ANSWERS
-from jobs.store import TableStore
+from jobs.core.store import TableStore
 
 PC = ["helpless", "unlovable", "worthless"]
 

@@ -13,7 +13,7 @@ from analysis.columns import AVERAGE_LABEL, HUMAN_LABEL
 from analysis.sqpsych.panel import (
     ITEMS_POOLED, aggregate_table, human_correlation, item_table, panel_frame, pearson, provenance,
 )
-from jobs.schemas import STATUS_ERROR
+from jobs.core.schemas import STATUS_ERROR
 from tests.unit.analysis.sqpsych.helpers import HUMAN, mini_panel, panel_rows, scores_frame
 
 # Judge j1's totals on d1..d4 are 1, 2, 3, 4; the experts' 2 (two experts: 1 and 3), 4, 5, 4.

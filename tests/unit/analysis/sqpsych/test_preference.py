@@ -9,7 +9,7 @@ import pytest
 from analysis.sqpsych.preference import (
     A, B, TIE, judge_votes, order_verdicts, parse_pair_id, preference_tables, verdict_codes,
 )
-from jobs.rubric import load_rubric
+from jobs.core.rubric import load_rubric
 from tests.unit.analysis.sqpsych.helpers import preference_rows, scores_frame
 
 R = "sqpsych_preference"

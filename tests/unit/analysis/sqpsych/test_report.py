@@ -10,7 +10,7 @@ import pytest
 
 from analysis.report import main
 from analysis.sqpsych.report import build_report
-from jobs.rubric import load_rubric
+from jobs.core.rubric import load_rubric
 from tests.unit.analysis.sqpsych.helpers import (
     HUMAN, dialogue, panel_rows, preference_rows, write_dialogues, write_profiles, write_scores,
 )

@@ -9,7 +9,7 @@ import pytest
 
 from analysis.sqpsych.data import load_dialogues, load_profiles, ok_dialogues, utterances, with_groups
 from analysis.sqpsych.stats import dataset_table, ending_table
-from jobs.schemas import STATUS_ERROR
+from jobs.core.schemas import STATUS_ERROR
 from tests.unit.analysis.sqpsych.helpers import dialogue, write_dialogues, write_profiles
 
 

@@ -22,9 +22,9 @@ from jobs.arena.schemas import CARDS
 from jobs.arena.taxonomy import load_taxonomy
 from jobs.runner import StageResult, count_rows
 from jobs.stage import endpoints_to_spec
-from jobs.store import TableStore
+from jobs.core.store import TableStore
 from serving.client import ChatResult, Endpoint
-from serving.configfiles import CONF_DIR, ConfigError, load_model
+from jobs.core.configfiles import CONF_DIR, ConfigError, load_model
 from serving.deploy import ServingConfig
 from serving.governance import DataGovernanceError
 from tests.conftest import ROOT, write_model_dir
@@ -183,7 +183,7 @@ class CannedClient:
 
 def stage(tmp_path, monkeypatch, answers, **model_fields) -> CardStage:
     write_model_dir(tmp_path / "conf", "extractor1", "http://127.0.0.1:9/v1", **model_fields)
-    monkeypatch.setattr("serving.configfiles.search_dirs", lambda: [tmp_path / "conf", CONF_DIR])
+    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [tmp_path / "conf", CONF_DIR])
     model = load_model("extractor1")
     st = CardStage(endpoints_to_spec({model.name: Endpoint(model, model.base_url)}), 1.0, "public",
                    taxonomy=load_taxonomy().model_dump(), generation_overrides={"temperature": 0.0, "max_tokens": 400},
@@ -256,7 +256,7 @@ def test_restricted_posts_never_reach_an_external_extractor(tmp_path, monkeypatc
     monkeypatch.setattr("jobs.runner.run_model_stage", direct_stage)
     with FakeServer() as server:
         write_model_dir(tmp_path / "conf", "extractor1", server.base_url)
-        monkeypatch.setattr("serving.configfiles.search_dirs", lambda: [tmp_path / "conf", CONF_DIR])
+        monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [tmp_path / "conf", CONF_DIR])
         with pytest.raises(DataGovernanceError, match="refused: dataset 'posts' is 'restricted'"):
             cards.run(config(tmp_path, write_posts(tmp_path, sensitivity)))
         assert server.stats()["requests"] == 0
@@ -267,7 +267,7 @@ def test_posts_become_cards_and_a_rerun_sends_nothing(tmp_path, monkeypatch, cap
     monkeypatch.setattr("jobs.runner.run_model_stage", direct_stage)
     with FakeServer() as server:
         write_model_dir(tmp_path / "conf", "extractor1", server.base_url)
-        monkeypatch.setattr("serving.configfiles.search_dirs", lambda: [tmp_path / "conf", CONF_DIR])
+        monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [tmp_path / "conf", CONF_DIR])
         cfg = config(tmp_path, write_posts(tmp_path))
         assert cards.run(cfg) == 0
         sent = server.log_lines()
@@ -291,7 +291,7 @@ def test_posts_become_cards_and_a_rerun_sends_nothing(tmp_path, monkeypatch, cap
 
 def test_failed_extractions_are_rows_and_are_asked_again(tmp_path, monkeypatch):
     monkeypatch.setattr("jobs.runner.run_model_stage", direct_stage)
-    monkeypatch.setattr("serving.configfiles.search_dirs", lambda: [tmp_path / "conf", CONF_DIR])
+    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [tmp_path / "conf", CONF_DIR])
     with FakeServer(always_fail="500") as server:
         write_model_dir(tmp_path / "conf", "extractor1", server.base_url, max_retries=0)
         assert cards.run(config(tmp_path, write_posts(tmp_path))) == 1
@@ -306,7 +306,7 @@ def test_failed_extractions_are_rows_and_are_asked_again(tmp_path, monkeypatch):
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("jobs.runner.run_model_stage", lambda *a, **k: pytest.fail("no calls in a dry run"))
     write_model_dir(tmp_path / "conf", "extractor1", "http://127.0.0.1:9/v1")
-    monkeypatch.setattr("serving.configfiles.search_dirs", lambda: [tmp_path / "conf", CONF_DIR])
+    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [tmp_path / "conf", CONF_DIR])
     cfg = config(tmp_path, write_posts(tmp_path), dry_run=True, extractor_model="extractor1")
     assert cards.run(cfg) == 0
     out = capsys.readouterr().out

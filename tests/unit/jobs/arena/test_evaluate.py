@@ -22,10 +22,10 @@ from jobs.arena.evaluate import (
     EvaluateConfig, check_rubric, evaluate_sessions, load_scales, ok_sessions, plan_scale, read_cards, run,
 )
 from jobs.arena.schemas import CARDS, SESSIONS, session_id
-from jobs.rubric import load_rubric
-from jobs.schemas import SCORES
-from jobs.store import TableStore
-from serving.configfiles import CONF_DIR, ConfigError
+from jobs.core.rubric import load_rubric
+from jobs.core.schemas import SCORES
+from jobs.core.store import TableStore
+from jobs.core.configfiles import CONF_DIR, ConfigError
 from serving.governance import DataGovernanceError
 from tests.fakes.openai_server import FakeServer
 from tests.unit.jobs.arena.test_sessions import RUN
@@ -83,7 +83,7 @@ def _cfg(tmp_path, **kw) -> EvaluateConfig:
 @pytest.fixture
 def conf(tmp_path, monkeypatch) -> Path:
     folder = write_scales(tmp_path / "conf")
-    monkeypatch.setattr("serving.configfiles.search_dirs", lambda: [folder, CONF_DIR])
+    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [folder, CONF_DIR])
     return folder
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 from analysis.arena.passing import item_scores
 from jobs.arena.feedback import Feedback, build_feedback, render_anchors
 from jobs.arena.knowledge import KnowledgeBase, Method
-from jobs.rubric import Rubric
+from jobs.core.rubric import Rubric
 
 
 def toy_rubrics() -> dict[str, Rubric]:

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from jobs.arena.knowledge import load_knowledge_base
-from serving.configfiles import ConfigError
+from jobs.core.configfiles import ConfigError
 from tests.conftest import ROOT
 
 METHODS = ["cbt", "humanistic", "psychodynamic", "solution_focused", "motivational_interviewing", "dbt",

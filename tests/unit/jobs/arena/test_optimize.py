@@ -23,13 +23,13 @@ from jobs.arena.knowledge import load_knowledge_base
 from jobs.arena.optimize import OptimizeConfig, OptimizeSettings, chain_states, plan_reflections, select_parents
 from jobs.arena.reflect import ReflectStage, parse_reflection, reflect_format
 from jobs.arena.schemas import CARDS, ITERATIONS, SESSIONS, session_id
-from jobs.rubric import load_rubric
-from jobs.schemas import SCORES
+from jobs.core.rubric import load_rubric
+from jobs.core.schemas import SCORES
 from jobs.stage import endpoints_to_spec
-from jobs.store import TableStore, read_table
+from jobs.core.store import TableStore, read_table
 from serving.client import STATUS_ERROR, STATUS_OK, ChatResult, Endpoint
-from serving.config import ModelConfig
-from serving.configfiles import CONF_DIR
+from jobs.core.modelconfig import ModelConfig
+from jobs.core.configfiles import CONF_DIR
 from serving.governance import DataGovernanceError
 from tests.conftest import write_model_dir
 from tests.unit.jobs.sqpsych.judging_helpers import RUN
@@ -65,7 +65,7 @@ def write_conf(tmp: Path) -> Path:
 @pytest.fixture
 def conf(tmp_path, monkeypatch) -> Path:
     c = write_conf(tmp_path)
-    monkeypatch.setattr("serving.configfiles.search_dirs", lambda: [c, CONF_DIR])
+    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [c, CONF_DIR])
     return c
 
 
@@ -427,7 +427,7 @@ def test_without_evaluations_nothing_is_optimized(tmp_path, conf, fakes, capsys)
 
 
 def test_no_supervisor_is_a_config_error_before_any_call(tmp_path, conf, fakes):
-    from serving.configfiles import ConfigError
+    from jobs.core.configfiles import ConfigError
 
     run_dir, _, _ = start_run(tmp_path)
     with pytest.raises(ConfigError, match="judges"):

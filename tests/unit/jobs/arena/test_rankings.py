@@ -12,8 +12,8 @@ from cluster.config import ClusterConfig
 from jobs.arena import rankings
 from jobs.arena.rankings import RankingsConfig
 from jobs.arena.schemas import CARDS, RANKINGS
-from jobs.store import TableStore
-from serving.configfiles import ConfigError
+from jobs.core.store import TableStore
+from jobs.core.configfiles import ConfigError
 from serving.deploy import ServingConfig
 
 RUN = dict(experiment="arena_test", cluster=ClusterConfig(), serving=ServingConfig())

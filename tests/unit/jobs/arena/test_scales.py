@@ -20,10 +20,10 @@ import pytest
 from analysis.scores import wide_view
 from jobs.arena.common import DEFAULT_SCALES
 from jobs.arena.schemas import ROLE_CLIENT, ROLE_COUNSELOR, ROLE_SUPERVISOR, SCALES, SUBJECT_SESSION
-from jobs.rubric import Rubric, load_rubric, parse_answer
-from jobs.schemas import JUDGE_TYPE_LLM, SCORES, STATUS_INVALID, STATUS_OK
-from jobs.store import TableStore
-from serving.configfiles import find_file
+from jobs.core.rubric import Rubric, load_rubric, parse_answer
+from jobs.core.schemas import JUDGE_TYPE_LLM, SCORES, STATUS_INVALID, STATUS_OK
+from jobs.core.store import TableStore
+from jobs.core.configfiles import find_file
 
 # The contract's fixed names: (paper-named items, completed items), range, pass_above, placeholders.
 SPEC = {

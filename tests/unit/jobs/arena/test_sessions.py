@@ -25,9 +25,9 @@ from jobs.arena.sessions import (
     SessionPlan, SessionsConfig, base_plans, build_specs, load_phases, ok_cards, render_transcript, round_phases,
     run, run_sessions, session_row,
 )
-from jobs.schemas import DIALOGUES, TURNS
-from jobs.store import TableStore
-from serving.configfiles import CONF_DIR, ConfigError
+from jobs.core.schemas import DIALOGUES, TURNS
+from jobs.core.store import TableStore
+from jobs.core.configfiles import CONF_DIR, ConfigError
 from serving.deploy import ServingConfig
 from serving.governance import DataGovernanceError
 from tests.fakes.openai_server import FakeServer
@@ -64,7 +64,7 @@ def write_conf(conf: Path, phases=PHASES) -> Path:
 def conf(tmp_path, monkeypatch) -> Path:
     """A config folder searched before conf/, holding the arena prompt files."""
     folder = write_conf(tmp_path / "conf")
-    monkeypatch.setattr("serving.configfiles.search_dirs", lambda: [folder, CONF_DIR])
+    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [folder, CONF_DIR])
     return folder
 
 
@@ -105,7 +105,7 @@ def test_every_phase_gets_a_round_when_there_are_enough(conf, rounds, spans):
 
 def test_a_phase_with_a_tiny_share_still_gets_its_round(tmp_path, monkeypatch):
     folder = write_conf(tmp_path / "c", [("a", 0.05, "x"), ("b", 0.9, "y"), ("c", 0.05, "z")])
-    monkeypatch.setattr("serving.configfiles.search_dirs", lambda: [folder])
+    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [folder])
     assert _spans(load_phases("arena/phases.yaml", 5)) == [("a", 1, 1), ("b", 2, 4), ("c", 5, 5)]
 
 
@@ -124,7 +124,7 @@ def test_fewer_rounds_than_phases_keep_the_last_phases(conf, rounds, kept):
 ])
 def test_a_bad_phases_file_names_the_file_the_phase_and_the_field(tmp_path, monkeypatch, phases, match):
     folder = write_conf(tmp_path / "c", phases)
-    monkeypatch.setattr("serving.configfiles.search_dirs", lambda: [folder])
+    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [folder])
     with pytest.raises(ConfigError, match=match) as err:
         load_phases("arena/phases.yaml", 25)
     assert "phases.yaml" in str(err.value)

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from jobs.arena.taxonomy import load_taxonomy
-from serving.configfiles import ConfigError
+from jobs.core.configfiles import ConfigError
 from tests.conftest import ROOT
 
 THEMES = ["self_growth", "emotion", "love", "interpersonal", "behavior", "family", "treatment",

@@ -17,7 +17,7 @@ from jobs.dialogue import AgentSpec, DialogueRules, DialogueSpec, DialogueStage
 from jobs.dialogue.job import plan_rows
 from jobs.stage import endpoints_to_spec
 from serving.client import Endpoint
-from serving.config import ModelConfig
+from jobs.core.modelconfig import ModelConfig
 
 
 def model(name: str, base_url: str, locality: str = "external", **kw: Any) -> ModelConfig:

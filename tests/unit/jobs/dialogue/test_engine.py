@@ -12,8 +12,8 @@ import pytest
 
 from jobs.dialogue import Countdown, Phase
 from jobs.dialogue.job import written_turns
-from jobs.schemas import DIALOGUES, ENDED_CAP, ENDED_ERROR, ENDED_STOP_TOKEN, TURNS
-from jobs.store import TableStore
+from jobs.core.schemas import DIALOGUES, ENDED_CAP, ENDED_ERROR, ENDED_STOP_TOKEN, TURNS
+from jobs.core.store import TableStore
 from serving.governance import DataGovernanceError
 from tests.fakes.openai_server import FakeServer
 from tests.unit.jobs.dialogue.helpers import batch, keys, model, run, spec, stage, turn_of

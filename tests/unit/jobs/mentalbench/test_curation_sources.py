@@ -13,7 +13,7 @@ import yaml
 from jobs.config import ConfigError, DatasetConfig
 from jobs.inputs import BadRow, InputReport
 from jobs.mentalbench.curation_sources import load_source, resolve_sources, summarize_source
-from jobs.schemas import CONTEXTS
+from jobs.core.schemas import CONTEXTS
 from tests.unit.jobs.mentalbench.common import ANSWER, CONF, LONG, alpaca_rows
 
 

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from jobs.mentalbench.labels import LabelStage, Taxonomy, count_notes, label_note, label_schema, parse_labels
-from jobs.schemas import CONTEXTS
-from serving.config import ModelConfig
+from jobs.core.schemas import CONTEXTS
+from jobs.core.modelconfig import ModelConfig
 from tests.fakes.openai_server import FakeServer
 from tests.unit.jobs.mentalbench.common import LONG, TAXONOMY, compose
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import pandas as pd
 
 from cluster.config import ClusterConfig
-from jobs.schemas import DIALOGUES, STATUS_OK
+from jobs.core.schemas import DIALOGUES, STATUS_OK
 from jobs.sqpsych.schemas import PROFILES
 from jobs.stage import endpoints_to_spec
-from jobs.store import TableStore
+from jobs.core.store import TableStore
 from serving.client import Endpoint
-from serving.configfiles import CONF_DIR
+from jobs.core.configfiles import CONF_DIR
 from serving.deploy import ServingConfig
 from tests.conftest import write_model_dir
 
@@ -60,7 +60,7 @@ def fake_judges(monkeypatch, tmp: Path, base_url: str, names=("judge1",), **fiel
     """Model files for fake external judges, found on the config search path (before conf/)."""
     for n in names:
         write_model_dir(tmp, n, base_url, **fields)
-    monkeypatch.setattr("serving.configfiles.search_dirs", lambda: [tmp, CONF_DIR])
+    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [tmp, CONF_DIR])
 
 
 def direct_stage(rows, models, stage_cls, stage_kwargs, store, *, sensitivity, run, desc, counter=None):

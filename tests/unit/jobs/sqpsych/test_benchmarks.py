@@ -22,10 +22,10 @@ from jobs.sqpsych.benchmarks import (
     BENCH_ANSWERS, BenchmarksConfig, BenchStage, _resume, keys_of, load_tasks, plan_rows,
 )
 from jobs.stage import endpoints_to_spec
-from jobs.store import TableStore
+from jobs.core.store import TableStore
 from serving.client import Endpoint
-from serving.config import ModelConfig
-from serving.configfiles import ConfigError
+from jobs.core.modelconfig import ModelConfig
+from jobs.core.configfiles import ConfigError
 from tests.fakes.openai_server import FakeServer
 
 # The published CounselingBench layout (github.com/cuongnguyenx/CounselingBench, the columns its

@@ -9,7 +9,7 @@ import yaml
 
 from jobs.sqpsych.codebook import load_codebook
 from jobs.sqpsych.records import BDI, HAMA, HAMD, SCALES, ClientRecord
-from serving.configfiles import ConfigError
+from jobs.core.configfiles import ConfigError
 from tests.conftest import ROOT
 
 CODEBOOKS = ROOT / "conf" / "sqpsych" / "codebooks"

@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from jobs.schemas import STATUS_INVALID, STATUS_OK
+from jobs.core.schemas import STATUS_INVALID, STATUS_OK
 from jobs.sqpsych.cohort import (CohortConfig, load_cohort, load_cohort_config, ok_profiles, run,
                                  write_cohort_csv)
 from jobs.sqpsych.records import ClientRecord
 from jobs.sqpsych.schemas import PROFILES
 from jobs.sqpsych.synthetic import generate_cohort
-from jobs.store import TableStore
-from serving.configfiles import ConfigError
+from jobs.core.store import TableStore
+from jobs.core.configfiles import ConfigError
 from tests.conftest import ROOT
 
 

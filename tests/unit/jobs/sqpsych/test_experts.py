@@ -10,11 +10,11 @@ import re
 import pytest
 
 from jobs.import_ratings_config import RatingsImportConfig
-from jobs.rubric import load_rubric
-from jobs.schemas import SCORES
+from jobs.core.rubric import load_rubric
+from jobs.core.schemas import SCORES
 from jobs.sqpsych.experts import config_from, import_expert_scores, main
-from jobs.store import TableStore
-from serving.configfiles import CONF_DIR, ConfigError
+from jobs.core.store import TableStore
+from jobs.core.configfiles import CONF_DIR, ConfigError
 from tests.unit.jobs.sqpsych.judging_helpers import write_dialogues
 
 README = CONF_DIR / "sqpsych" / "README-scores.md"

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from jobs.schemas import DIALOGUES
+from jobs.core.schemas import DIALOGUES
 from jobs.sqpsych.export import EXPORT_DIR, ExportConfig, export, main, run
-from jobs.store import TableStore
-from serving.configfiles import ConfigError
+from jobs.core.store import TableStore
+from jobs.core.configfiles import ConfigError
 
 
 def _turns(*pairs):

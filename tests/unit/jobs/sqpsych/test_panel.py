@@ -9,13 +9,13 @@ import re
 
 import pytest
 
-from jobs.rubric import load_rubric
-from jobs.schemas import SCORES
+from jobs.core.rubric import load_rubric
+from jobs.core.schemas import SCORES
 from jobs.sqpsych import panel
 from jobs.sqpsych.panel import (
     PanelConfig, ok_dialogues, plan_panel, read_profiles, render_transcript, subjects_sensitivity,
 )
-from jobs.store import TableStore
+from jobs.core.store import TableStore
 from serving.governance import DataGovernanceError
 from tests.fakes.openai_server import FakeServer
 from tests.unit.jobs.sqpsych.judging_helpers import (
@@ -188,7 +188,7 @@ def test_dry_run_prints_the_plan_and_sends_nothing(tmp_path, monkeypatch, capsys
 
 
 def test_a_response_rubric_is_refused_with_a_clear_error(tmp_path):
-    from serving.configfiles import ConfigError
+    from jobs.core.configfiles import ConfigError
 
     with pytest.raises(ConfigError, match=r"'mentalbench' judges subjects of type 'response'"):
         panel.run(_cfg(tmp_path, rubric="mentalbench"))

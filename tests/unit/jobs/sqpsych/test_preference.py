@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.rubric import load_rubric
-from jobs.schemas import SCORES
+from jobs.core.rubric import load_rubric
+from jobs.core.schemas import SCORES
 from jobs.sqpsych import preference
 from jobs.sqpsych.panel import ok_dialogues, read_profiles
 from analysis.sqpsych.preference import judge_votes, order_verdicts, pair_outcomes, verdict_codes
 from jobs.sqpsych.preference import (
     PreferenceConfig, model_pairs, pair_subject_id, plan_preferences, split_pair_subject,
 )
-from jobs.store import TableStore
-from serving.configfiles import ConfigError, validated
+from jobs.core.store import TableStore
+from jobs.core.configfiles import ConfigError, validated
 from serving.governance import DataGovernanceError
 from tests.fakes.openai_server import FakeServer
 from tests.unit.jobs.sqpsych.judging_helpers import (

@@ -10,11 +10,11 @@ import re
 
 import pytest
 
-from jobs.schemas import DIALOGUES, ENDED_CAP, TURNS
+from jobs.core.schemas import DIALOGUES, ENDED_CAP, TURNS
 from jobs.sqpsych.schemas import PROFILES
 from jobs.sqpsych.synthesize import SynthesizeConfig, build_specs, read_profiles, run
-from jobs.store import TableStore
-from serving.configfiles import ConfigError
+from jobs.core.store import TableStore
+from jobs.core.configfiles import ConfigError
 from serving.governance import DataGovernanceError
 from tests.fakes.openai_server import FakeServer
 from tests.unit.jobs.sqpsych.judging_helpers import RUN, direct_stage, fake_judges, write_profiles
@@ -95,7 +95,7 @@ def test_dialogues_follow_the_paper(tmp_path):
 
 
 def test_prompts_are_the_papers_without_chat_template_tokens(shared_data):
-    from serving.configfiles import CONF_DIR
+    from jobs.core.configfiles import CONF_DIR
 
     for ours, theirs in [("therapist", "therapist_qwen-2.5"), ("client_mdd", "client_mdd_qwen-2.5"),
                          ("client_control", "client_control_qwen-2.5")]:

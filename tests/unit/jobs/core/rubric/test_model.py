@@ -1,4 +1,4 @@
-"""`jobs.rubric.model`: rubrics as data (the MentalBench file and a toy scale with per-item
+"""`jobs.core.rubric.model`: rubrics as data (the MentalBench file and a toy scale with per-item
 ranges, a sum aggregate and a pass threshold), their JSON schema, prompt and aggregates."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from jobs.rubric import Rubric, load_rubric
-from serving.configfiles import ConfigError
+from jobs.core.rubric import Rubric, load_rubric
+from jobs.core.configfiles import ConfigError
 from tests.conftest import ROOT
 
 RUBRIC_FILE = ROOT / "conf" / "rubric" / "mentalbench.yaml"

@@ -13,7 +13,7 @@ A `Rubric` is everything an evaluator needs and everything the analysis needs to
   supervisor, the counselor itself), recorded in every score row;
 - **the answer's JSON schema** (`response_format`), derived from the items.
 
-Parsing what evaluators actually return is `jobs.rubric.parse`.
+Parsing what evaluators actually return is `jobs.core.rubric.parse`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from serving.configfiles import ConfigError, find_file, find_group_file, read_yaml, validated
+from jobs.core.configfiles import ConfigError, find_file, find_group_file, read_yaml, validated
 
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _PLACEHOLDER_RE = re.compile(r"\{([A-Za-z][A-Za-z0-9_]*)\}")

@@ -1,4 +1,4 @@
-"""`jobs.preflight`: what is checked before the first call, and the failure summary and exit code
+"""`jobs.core.preflight`: what is checked before the first call, and the failure summary and exit code
 after the last one (issue 10, items 3 and 9)."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import socket
 
 import pytest
 
-from jobs.preflight import (
+from jobs.core.preflight import (
     FailureSummary, PreflightError, check_endpoints, check_keys, context_window, exit_code, reason_of,
     summarize, too_long,
 )
 from serving.client import Endpoint
-from serving.config import ModelConfig
-from serving.configfiles import ConfigError, load_model
+from jobs.core.modelconfig import ModelConfig
+from jobs.core.configfiles import ConfigError, load_model
 from tests.fakes.openai_server import FakeServer
 
 

@@ -1,4 +1,4 @@
-"""`serving.configfiles`: model, rubric and prompt files found on one search path; errors name
+"""`jobs.core.configfiles`: model, rubric and prompt files found on one search path; errors name
 the file and the key."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.configfiles import ConfigError, find_file, load_model
+from jobs.core.configfiles import ConfigError, find_file, load_model
 from tests.conftest import ROOT, fake_model_yaml, write_model_dir
 
 CONF = ROOT / "conf"

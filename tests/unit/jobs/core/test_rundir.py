@@ -1,4 +1,4 @@
-"""`jobs.rundir`: the run directory is creatable and writable, and bound to what decides its rows
+"""`jobs.core.rundir`: the run directory is creatable and writable, and bound to what decides its rows
 (issue 10, items 1, 2 and 7)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from jobs.rundir import RUN_INPUTS, RunDirCheck, check_run_dir, check_writable, file_fingerprint, record_inputs
-from serving.configfiles import ConfigError
+from jobs.core.rundir import RUN_INPUTS, RunDirCheck, check_run_dir, check_writable, file_fingerprint, record_inputs
+from jobs.core.configfiles import ConfigError
 
 DECIDES = {"dataset": "A", "dataset_file": "sha256:aa", "prompt_version": "v1"}
 

@@ -1,4 +1,4 @@
-"""`jobs.joblog`: RUN_DIR/<job>.log holds what the console showed plus the detail kept off it
+"""`jobs.core.joblog`: RUN_DIR/<job>.log holds what the console showed plus the detail kept off it
 (issue 10, item 8: generate.log and judge.log were always empty)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from jobs import joblog
+from jobs.core import joblog
 
 
 def test_console_lines_our_info_and_ray_warnings_reach_the_log(tmp_path, capsys):

@@ -23,7 +23,7 @@ import urllib.request
 from collections import Counter
 from typing import Any
 
-from serving.configfiles import ConfigError
+from jobs.core.configfiles import ConfigError
 
 __all__ = ["CHARS_PER_TOKEN", "Counted", "FailureSummary", "PreflightError", "check_endpoints", "check_keys", "summarize",
            "context_window", "exit_code", "reason_of", "too_long"]

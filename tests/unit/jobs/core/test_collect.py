@@ -1,4 +1,4 @@
-"""`jobs.collect`: finished rows are never dropped, and SIGINT/SIGTERM stop the driver once
+"""`jobs.core.collect`: finished rows are never dropped, and SIGINT/SIGTERM stop the driver once
 (issue 10, items 2 and 4). The end-to-end interrupt is tests/integration/test_reliability.py."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import signal
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.collect import Collector, Interrupted, WriteFailed, interrupt_signals
+from jobs.core.collect import Collector, Interrupted, WriteFailed, interrupt_signals
 from jobs.runner import count_rows
-from jobs.schemas import RESPONSES
-from jobs.store import TableStore
+from jobs.core.schemas import RESPONSES
+from jobs.core.store import TableStore
 
 
 class _Bar:

@@ -1,4 +1,4 @@
-"""`jobs.rubric.parse`: real judges' answers read to the scores they hold, item by item, and never more."""
+"""`jobs.core.rubric.parse`: real judges' answers read to the scores they hold, item by item, and never more."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from jobs.rubric import coerce_score, load_rubric, parse_answer, repair_prompt
-from jobs.schemas import STATUS_INVALID, STATUS_OK, STATUS_PARSE_ERROR
+from jobs.core.rubric import coerce_score, load_rubric, parse_answer, repair_prompt
+from jobs.core.schemas import STATUS_INVALID, STATUS_OK, STATUS_PARSE_ERROR
 
 MENTALBENCH_ATTRIBUTES = ("Guidance", "Informativeness", "Relevance", "Safety", "Empathy", "Helpfulness", "Understanding")
 

@@ -1,4 +1,4 @@
-"""`jobs.store.TableStore`: atomic Parquet parts, resume keys, dropping failed rows."""
+"""`jobs.core.store.TableStore`: atomic Parquet parts, resume keys, dropping failed rows."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import jobs.store
-from jobs.schemas import RESPONSES, STATUS_ERROR, STATUS_OK, STATUS_PARSE_ERROR
-from jobs.store import TableStore, read_table
+import jobs.core.store
+from jobs.core.schemas import RESPONSES, STATUS_ERROR, STATUS_OK, STATUS_PARSE_ERROR
+from jobs.core.store import TableStore, read_table
 
 NOW = dt.datetime(2025, 3, 1, 12, 30, 15, 123456, tzinfo=dt.timezone.utc)
 
@@ -143,7 +143,7 @@ def test_parts_are_written_atomically(store, monkeypatch):
     def crash(src, dst):
         raise OSError("killed before rename")
 
-    monkeypatch.setattr(jobs.store.os, "replace", crash)
+    monkeypatch.setattr(jobs.core.store.os, "replace", crash)
     with pytest.raises(OSError, match="killed"):
         store.append([row("never")])
     assert "never" not in store.read()["context_id"].tolist()
@@ -215,7 +215,7 @@ def test_drop_failed_only_touches_the_keys_this_run_redoes(tmp_path):
 
 def test_drop_removes_every_row_of_the_named_calls_and_keeps_the_rest(tmp_path):
     """A judge call is several item rows: asking it again must remove all of them, no others."""
-    from jobs.schemas import SCORES, SCORES_CALL_KEY
+    from jobs.core.schemas import SCORES, SCORES_CALL_KEY
 
     store = TableStore(tmp_path, SCORES, writer=True)
     base = {"subject_type": "response", "rubric": "r", "status": "ok"}
@@ -247,7 +247,7 @@ def test_a_corrupt_part_is_named_to_a_reader_with_what_to_do(tmp_path):
     store.append([row("1")])
     bad = store.append([row("2")])
     _half_written(bad)
-    with pytest.raises(jobs.store.CorruptPartError) as exc:
+    with pytest.raises(jobs.core.store.CorruptPartError) as exc:
         read_table(tmp_path, RESPONSES)
     msg = str(exc.value)
     assert str(bad) in msg and "not a readable Parquet file" in msg
@@ -271,6 +271,6 @@ def test_a_resuming_writer_moves_a_corrupt_part_aside_and_goes_on(tmp_path, caps
 
 def test_rows_that_cannot_be_written_are_rescued_beside_the_run(tmp_path):
     table = TableStore(tmp_path / "run", RESPONSES).to_arrow([row("1"), row("2")])
-    path = jobs.store.rescue(tmp_path / "run", RESPONSES, table)
+    path = jobs.core.store.rescue(tmp_path / "run", RESPONSES, table)
     assert path.parent == tmp_path / "run-rescued" and path.name.startswith("part-rescued-responses-")
     assert pq.read_table(path).num_rows == 2

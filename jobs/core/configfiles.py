@@ -6,7 +6,7 @@ on the same path, user folders first, so `DIR/model/NAME.yaml` or `DIR/rubric/NA
 shadows a bundled file of the same name. Outside Hydra (workers, `analysis`, plain scripts) the
 path is `conf/` alone. Errors are `ConfigError`s that name the file or key and how to fix it.
 
-This module is the bottom of the config stack: `serving/`, `jobs/` and `analysis/` import it;
+This module is part of the core (`jobs/core/`): `serving/`, `jobs/` and `analysis/` import it;
 it imports none of them.
 """
 
@@ -18,7 +18,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from jobs.core.callfields import register_key_env
+from jobs.core.modelconfig import ModelConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO_ROOT / "conf"
 
 
@@ -137,9 +140,9 @@ def load_group(group: str, name: str, model_cls: type[BaseModel], dirs: list[Pat
 
 def load_model(name: str, dirs: list[Path] | None = None):
     """The model file `model/<name>.yaml` as a `ModelConfig` (its `name` is the file's)."""
-    from serving.config import ModelConfig
-
     path = find_group_file("model", name, dirs)
     data = read_yaml(path)
     data.pop("name", None)
-    return validated(ModelConfig, {**data, "name": name}, str(path))
+    model = validated(ModelConfig, {**data, "name": name}, str(path))
+    register_key_env(model.api_key_env)  # its value is redacted from every error text and log line
+    return model

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 from urllib.parse import parse_qsl, urlsplit
 
-from jobs import store
-from serving.configfiles import ConfigError
+from jobs.core import store
+from jobs.core.configfiles import ConfigError
 
 __all__ = ["CACHE_ENV", "RemoteRun", "SyncError", "is_uri", "local_run_dir", "mirrored", "public_path",
            "run_main", "source_uri"]

@@ -11,13 +11,15 @@ session, a pair of answers); the item is one line of the rubric.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
+from typing import Any, Iterable
 
 import pyarrow as pa
 
-from serving.client import STATUS_ERROR, STATUS_OK
-
-# Status values shared by every table (`ok` and `error` are the client's, for calls).
+# Status values shared by every table and by the client's call results.
+STATUS_OK = "ok"
+STATUS_ERROR = "error"  # the call failed (after retries): `error` says why
 STATUS_PARSE_ERROR = "parse_error"  # the answer held no readable value for this item
 STATUS_INVALID = "invalid"          # a value outside the item's range: recorded, never clipped
 STATUSES = (STATUS_OK, STATUS_ERROR, STATUS_PARSE_ERROR, STATUS_INVALID)
@@ -54,6 +56,79 @@ class Table:
         if name not in self.schema.names:
             raise KeyError(f"table {self.name!r} has no column {name!r}; it has {self.columns}")
         return name
+
+    @property
+    def required(self) -> list[str]:
+        """Columns every row must carry: the schema's non-nullable fields (keys and status)."""
+        return [f.name for f in self.schema if not f.nullable]
+
+    def to_arrow(self, rows: Any) -> pa.Table:
+        """`rows` (a list of dicts, a DataFrame or an Arrow table) as this table, strictly: see
+        `rows_to_arrow`."""
+        return rows_to_arrow(self, rows)
+
+
+class TableColumnError(ValueError):
+    """Rows that do not fit their table: an unknown (e.g. misspelt) column, a required one
+    missing or null, a value of the wrong type. Raised before anything is written."""
+
+
+def _unknown(table: Table, names: Iterable[str], where: str) -> None:
+    unknown = [n for n in names if n not in table.schema.names]
+    if unknown:
+        hints = []
+        for n in unknown:
+            close = difflib.get_close_matches(n, table.columns, n=1)
+            hints.append(f"{n!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise TableColumnError(f"table {table.name!r} has no column {', '.join(hints)} ({where}); "
+                               f"its columns are {table.columns}")
+
+
+def rows_to_arrow(table: Table, rows: Any) -> pa.Table:
+    """The one conversion of rows to a table's Arrow schema, used by every writer.
+
+    Strict where silence would lose data: a key the table does not know (`prompt_tokenz`) is an
+    error naming it, never dropped; a required (non-nullable) column missing or null is an
+    error. A nullable column a row leaves out is null: failure rows carry only their key,
+    status and error. Lists of dicts are converted without pandas (the per-row cost matters
+    when a stage streams thousands of rows a second)."""
+    if isinstance(rows, pa.Table):
+        _unknown(table, rows.column_names, "in an Arrow table")
+        missing = [c for c in table.columns if c not in rows.column_names]
+        rows = rows.select([c for c in table.columns if c in rows.column_names])
+        for c in missing:
+            rows = rows.append_column(c, pa.nulls(rows.num_rows, table.schema.field(c).type))
+        out = rows.select(table.columns)
+    elif hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # a pandas DataFrame
+        _unknown(table, [str(c) for c in rows.columns], "a column of the frame")
+        missing = [c for c in table.columns if c not in rows.columns]
+        frame = rows.assign(**{c: None for c in missing}) if missing else rows
+        try:
+            out = pa.Table.from_pandas(frame[table.columns], schema=table.schema, preserve_index=False)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise TableColumnError(f"rows of table {table.name!r} do not fit its schema: {exc}") from exc
+    else:
+        rows = list(rows)
+        seen: set[str] = set()
+        for i, row in enumerate(rows):
+            new = row.keys() - seen
+            if new:
+                _unknown(table, sorted(new), f"row {i}")
+                seen |= new
+        try:
+            out = pa.Table.from_pylist(rows, schema=table.schema)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise TableColumnError(f"rows of table {table.name!r} do not fit its schema: {exc}") from exc
+    try:
+        out = out.cast(table.schema)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise TableColumnError(f"rows of table {table.name!r} do not fit its schema: {exc}") from exc
+    for name in table.required:
+        nulls = out.column(name).null_count
+        if nulls:
+            raise TableColumnError(f"table {table.name!r}: required column {name!r} is missing or null in "
+                                   f"{nulls} of {out.num_rows} row(s)")
+    return out
 
 
 CALL_FIELDS = [

@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from serving.configfiles import ConfigError
+from jobs.core.configfiles import ConfigError
 
 __all__ = ["RUN_INPUTS", "RunDirCheck", "check_run_dir", "check_writable", "file_fingerprint", "record_inputs"]
 

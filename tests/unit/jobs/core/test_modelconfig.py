@@ -1,12 +1,12 @@
-"""Tests of serving/config.py: sampling parameters, overrides and locked parameters."""
+"""Tests of jobs/core/modelconfig.py: sampling parameters, overrides and locked parameters."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from serving.config import GenerationOverrides, GenerationParams
-from serving.configfiles import load_model
+from jobs.core.modelconfig import GenerationOverrides, GenerationParams
+from jobs.core.configfiles import load_model
 
 
 def test_sampling_typos_are_refused_not_sent_as_extra_fields():

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jobs.core.callfields import RedactFilter, redact
+
 __all__ = ["OUR_LOGGERS", "follow_ray", "start", "stop"]
 
 OUR_LOGGERS = ("jobs", "serving", "cluster", "analysis")
@@ -50,6 +52,7 @@ class _Tee(io.TextIOBase):
         self._buf = ""
 
     def write(self, text: str) -> int:
+        text = redact(text)  # an API key a server echoed never reaches the console or the log
         n = self._stream.write(text)
         self._buf += text
         while "\n" in self._buf:
@@ -99,6 +102,7 @@ def start(run_dir: str | Path, job: str, *, verbose: bool) -> Path:
         _state["own_handler"] = handler
     handler.setLevel(logging.INFO)
     handler.addFilter(_Gate())
+    handler.addFilter(RedactFilter())
     for name in OUR_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO)
     if not verbose:
@@ -106,6 +110,9 @@ def start(run_dir: str | Path, job: str, *, verbose: bool) -> Path:
         for h in root.handlers:
             if h is not handler and isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
                 h.setLevel(max(h.level, logging.WARNING))
+    for h in root.handlers:
+        if not any(isinstance(f, RedactFilter) for f in h.filters):
+            h.addFilter(RedactFilter())
     _state.update(handler=handler, stdout=sys.stdout, stderr=sys.stderr)
     sys.stdout = _Tee(sys.stdout, handler, logging.INFO)
     sys.stderr = _Tee(sys.stderr, handler, logging.INFO)

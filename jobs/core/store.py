@@ -28,13 +28,13 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - registers pa.compute
 import pyarrow.parquet as pq
 
-from jobs.schemas import Table
-from serving.configfiles import ConfigError
+from jobs.core.schemas import Table
+from jobs.core.configfiles import ConfigError
 
 log = logging.getLogger(__name__)
 
 # Called as hook(event, path) with event "written" (a new part is in place) or "removed" (a part
-# was dropped or moved aside): how a run directory in an object store (jobs.remote) gets each
+# was dropped or moved aside): how a run directory in an object store (jobs.core.remote) gets each
 # part the moment it is safe on disk, so a crash there loses no more than here.
 PartHook = Callable[[str, Path], None]
 _part_hooks: list[PartHook] = []
@@ -172,14 +172,7 @@ class TableStore:
         return dropped
 
     def to_arrow(self, rows: pa.Table | pd.DataFrame | list[dict]) -> pa.Table:
-        if isinstance(rows, pa.Table):
-            return rows.select(self.table.columns).cast(self.table.schema)
-        df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
-        missing = [c for c in self.table.columns if c not in df.columns]
-        if missing:
-            # A new frame: never add columns to the caller's DataFrame.
-            df = df.assign(**{c: None for c in missing})
-        return pa.Table.from_pandas(df[self.table.columns], schema=self.table.schema, preserve_index=False)
+        return self.table.to_arrow(rows)
 
     def append(self, rows: pa.Table | pd.DataFrame | list[dict]) -> Path | None:
         """Write rows as one new part file, atomically. Returns its path (None if no rows)."""

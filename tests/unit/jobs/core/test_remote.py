@@ -1,4 +1,4 @@
-"""A run directory given as a URI (jobs/remote.py): a local copy, each part uploaded as the store
+"""A run directory given as a URI (jobs/core/remote.py): a local copy, each part uploaded as the store
 writes it, everything else when the job ends; against a `file://` folder and a local S3 server
 (moto's, started here on a free port). No Ray."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from jobs import remote
-from jobs.remote import RemoteRun, SyncError, is_uri, local_run_dir, mirrored, public_path, run_main
-from jobs.schemas import RESPONSES
-from jobs.store import TableStore
-from serving.configfiles import ConfigError
+from jobs.core import remote
+from jobs.core.remote import RemoteRun, SyncError, is_uri, local_run_dir, mirrored, public_path, run_main
+from jobs.core.schemas import RESPONSES
+from jobs.core.store import TableStore
+from jobs.core.configfiles import ConfigError
 
 
 def _rows(ids, status="ok"):

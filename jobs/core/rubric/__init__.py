@@ -8,8 +8,8 @@ with its repair turn, per-item validity, and the aggregates (means, sums, pass t
     wide = rubric.aggregate_frame(items_as_columns)      # aggregates and pass, one place
 """
 
-from jobs.rubric.model import Aggregate, Item, Rubric, Scale, load_rubric
-from jobs.rubric.parse import ItemResult, ParsedAnswer, coerce_score, parse_answer, repair_prompt
+from jobs.core.rubric.model import Aggregate, Item, Rubric, Scale, load_rubric
+from jobs.core.rubric.parse import ItemResult, ParsedAnswer, coerce_score, parse_answer, repair_prompt
 
 __all__ = [
     "Aggregate", "Item", "Rubric", "Scale", "load_rubric",

@@ -9,7 +9,7 @@ counts them for the progress bar and the failure summary, and writes a part ever
 the sink holds, writes it, and stops: only calls still unanswered are sent again on resume.
 
 A part that cannot be written keeps its rows in memory and is tried again at the next flush; at
-the end, rows that still could not be written go to `jobs.store.rescue`, never dropped.
+the end, rows that still could not be written go to `jobs.core.store.rescue`, never dropped.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from jobs.preflight import FailureSummary
-from jobs.schemas import STATUS_OK
-from jobs.store import TableStore, rescue
+from jobs.core.preflight import FailureSummary
+from jobs.core.schemas import STATUS_OK
+from jobs.core.store import TableStore, rescue
 
 __all__ = ["Collector", "Interrupted", "RowSink", "WriteFailed", "interrupt_signals", "raise_on_sigterm"]
 

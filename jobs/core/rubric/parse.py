@@ -33,8 +33,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.rubric.model import Item, Rubric
-from jobs.schemas import STATUS_INVALID, STATUS_OK, STATUS_PARSE_ERROR
+from jobs.core.rubric.model import Item, Rubric
+from jobs.core.schemas import STATUS_INVALID, STATUS_OK, STATUS_PARSE_ERROR
 
 _FENCE_RE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\r?\n?(.*?)```", re.S)
 _THINK_RE = re.compile(r"<think>.*?</think>", re.S | re.I)
