@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from jobs.core.base import StrictModel
 
 
-class ClusterConfig(BaseModel):
+class ClusterConfig(StrictModel):
     """Where work runs."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     address: str | None = Field(
         None,

@@ -18,7 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
+
+from jobs.core.base import StrictModel
 
 from cluster.config import ClusterConfig
 from jobs.import_ratings_config import RatingsImportConfig
@@ -30,11 +32,9 @@ __all__ = ["ChainConfig", "ColumnMapping", "ConfigError", "DatasetConfig", "Gene
            "JudgeConfig", "PromptConfig", "RunConfig", "method_config", "run_entrypoint", "validate"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class RunConfig(_Strict):
+class RunConfig(StrictModel):
     """What every job has: where its run lives, where work runs, how rows are sent and written."""
 
     experiment: str = Field(description="Experiment name; runs live in runs/<experiment>/<run_id>.")
@@ -62,7 +62,7 @@ class RunConfig(_Strict):
     )
 
 
-class ColumnMapping(_Strict):
+class ColumnMapping(StrictModel):
     id: str | None = Field(None, description="Column with a unique row id (None: row number).")
     context: str | list[str] = Field(
         description="Column with the client's message; a list of columns is joined with blank "
@@ -71,7 +71,7 @@ class ColumnMapping(_Strict):
     human_response: str | None = Field(None, description="Column with the human reference answer.")
 
 
-class DatasetConfig(_Strict):
+class DatasetConfig(StrictModel):
     """An input table and how to read it (`conf/dataset/*.yaml`)."""
 
     name: str = Field(description="Dataset name recorded in outputs.")
@@ -119,7 +119,7 @@ class DatasetConfig(_Strict):
         return data_path(self.path)
 
 
-class PromptConfig(_Strict):
+class PromptConfig(StrictModel):
     """A generation prompt (`conf/prompt/*.yaml`): texts inline or in files on the search path."""
 
     version: str = Field(description="Recorded in every row, so results trace back to the prompt.")

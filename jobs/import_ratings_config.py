@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from jobs.core.base import StrictModel
 
 from jobs.core.configfiles import data_path
 
 
-class RatingsColumns(BaseModel):
+class RatingsColumns(StrictModel):
     """Which CSV column holds what. Item columns default to the rubric's item names."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     context_id: str = Field("conv_id", description="Context id, matching the run's `context_id`.")
     rater: str = Field("rater", description="Rater name -> `judge`.")
@@ -28,10 +28,8 @@ class RatingsColumns(BaseModel):
     )
 
 
-class RatingsImportConfig(BaseModel):
+class RatingsImportConfig(StrictModel):
     """`python -m jobs.import_ratings`: a ratings CSV -> RUN_DIR/scores/ (one row per item)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     path: str = Field(description="Ratings CSV; relative paths are from the current directory, then the repo root.")
     rubric: str = Field(description="Rubric name (conf/rubric/<name>.yaml on the search path) or YAML path.")

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from jobs.core.base import StrictModel
 
 from jobs.core.modelconfig import ModelConfig
 from jobs.core.configfiles import CONF_DIR, ConfigError, read_yaml, validated
@@ -150,10 +152,8 @@ def check_fit(model: ModelConfig) -> Fit | None:
 # --------------------------------------------------------------------------- throughput
 
 
-class Throughput(BaseModel):
+class Throughput(StrictModel):
     """Output tokens per second of one replica (or of one API request), with where it comes from."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     single_stream_tok_s: float = Field(gt=0, description="Decode rate of one request alone.")
     batched_tok_s: float | None = Field(
@@ -164,8 +164,7 @@ class Throughput(BaseModel):
     source: str = Field(min_length=1, description="Where the figures come from (URL, or the derivation).")
 
 
-class ThroughputTable(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class ThroughputTable(StrictModel):
 
     accelerator: str = Field(description="The GPU type the served figures are for.")
     engine: str = Field(description="The serving engine the figures are for.")

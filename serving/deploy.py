@@ -14,7 +14,9 @@ import time
 import urllib.error
 import urllib.request
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from jobs.core.base import StrictModel
 
 from serving.client import Endpoint
 from jobs.core.modelconfig import ModelConfig
@@ -24,10 +26,8 @@ log = logging.getLogger(__name__)
 VLLM_APP = "vllm"
 
 
-class ServingConfig(BaseModel):
+class ServingConfig(StrictModel):
     """How Serve is reached (`conf/serving/*.yaml`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     host: str = Field("127.0.0.1", description="Host the Serve HTTP proxy binds and jobs call.")
     port: int = Field(8000, ge=1, le=65535, description="Serve HTTP port.")

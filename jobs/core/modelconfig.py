@@ -10,19 +10,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from jobs.core.base import StrictModel
 
 Provider = Literal["serve", "openai"]
 Engine = Literal["vllm", "llamacpp"]
 Locality = Literal["local", "external"]
 
 
-class _Strict(BaseModel):
-    # Unknown keys are errors: a typo in a YAML file must not be silently ignored.
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class GenerationParams(_Strict):
+class GenerationParams(StrictModel):
     """Default sampling parameters; a job may override any of them."""
 
     temperature: float = Field(0.7, ge=0.0, le=2.0, description="Sampling temperature.")
@@ -59,7 +56,7 @@ class GenerationParams(_Strict):
         return GenerationParams(**data, extra=extra)
 
 
-class GenerationOverrides(_Strict):
+class GenerationOverrides(StrictModel):
     """A job's overrides of its models' sampling defaults; a field left None keeps the model's."""
 
     temperature: float | None = Field(None, ge=0.0, le=2.0, description="Sampling temperature.")
@@ -73,7 +70,7 @@ class GenerationOverrides(_Strict):
         return self.model_dump(exclude_none=True)
 
 
-class Resources(_Strict):
+class Resources(StrictModel):
     """What one replica of a served model asks the cluster for."""
 
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs one replica shards over.")
@@ -103,7 +100,7 @@ class Resources(_Strict):
         return self
 
 
-class ReasoningConfig(_Strict):
+class ReasoningConfig(StrictModel):
     """How to remove a reasoning trace from the answer (R1 distills, QwQ, Qwen3, o-series)."""
 
     strip: bool = Field(False, description="Remove the reasoning block from the answer.")
@@ -111,7 +108,7 @@ class ReasoningConfig(_Strict):
     end_tag: str = Field("</think>", description="Closing tag of the reasoning block.")
 
 
-class ModelConfig(_Strict):
+class ModelConfig(StrictModel):
     """One model: where its endpoint is, how it is hosted, how jobs call it."""
 
     name: str = Field(description="The file name in conf/model/ (filled in by the loader).")

@@ -115,6 +115,11 @@ def rows_to_arrow(table: Table, rows: Any) -> pa.Table:
             if new:
                 _unknown(table, sorted(new), f"row {i}")
                 seen |= new
+        for name in table.required:
+            nulls = sum(1 for row in rows if row.get(name) is None)
+            if nulls:
+                raise TableColumnError(f"table {table.name!r}: required column {name!r} is missing or null "
+                                       f"in {nulls} of {len(rows)} row(s)")
         try:
             out = pa.Table.from_pylist(rows, schema=table.schema)
         except (pa.ArrowException, TypeError, ValueError) as exc:

@@ -18,7 +18,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from jobs.core.base import StrictModel
 
 from jobs.dialogue.clean import clean_utterance, normalized
 from jobs.dialogue.rules import DialogueRules
@@ -32,11 +34,9 @@ PHASE_PLACEHOLDER = "phase_instruction"
 HISTORY_PLACEHOLDER = "history"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class AgentSpec(_Strict):
+class AgentSpec(StrictModel):
     """One side of a dialogue."""
 
     role: str = Field(description="The agent's role, recorded on its turns (e.g. therapist).")
@@ -48,7 +48,7 @@ class AgentSpec(_Strict):
     generation: dict[str, Any] = Field(default_factory=dict, description="Overrides of the model's sampling defaults.")
 
 
-class DialogueSpec(_Strict):
+class DialogueSpec(StrictModel):
     """Everything one dialogue needs, shipped to a worker as one row."""
 
     dialogue_id: str

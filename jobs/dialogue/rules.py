@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from jobs.core.base import StrictModel
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Phase(_Strict):
+class Phase(StrictModel):
     """A stretch of rounds with an instruction for one agent (e.g. trust-building, rounds 1-8)."""
 
     name: str = Field(description="Recorded on every turn of the phase.")
@@ -37,7 +37,7 @@ class Phase(_Strict):
         return self
 
 
-class Countdown(_Strict):
+class Countdown(StrictModel):
     """From `from_turn` on, tell the agents how many turns are left before `end_turn` (the paper's
     "You should end the conversation in N turns"), so a dialogue ends by itself before the cap."""
 
@@ -52,7 +52,7 @@ class Countdown(_Strict):
     )
 
 
-class DialogueRules(_Strict):
+class DialogueRules(StrictModel):
     """How one dialogue runs. Every field is data, so a method's config can set it."""
 
     first_speaker: str = Field(description="Role of the agent that speaks on turn 1.")

@@ -35,7 +35,9 @@ import hydra
 import pandas as pd
 import pyarrow.parquet as pq
 from omegaconf import DictConfig
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from jobs.core.base import StrictModel
 
 from jobs.config import RunConfig, run_entrypoint
 from jobs.mentalbench.curation_filters import CurationReport, FilterConfig, apply_filters
@@ -50,8 +52,7 @@ from serving.governance import check_all
 # --- configuration -----------------------------------------------------------------------------
 
 
-class SplitConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class SplitConfig(StrictModel):
 
     dev_size: int = Field(10000, ge=0, description="Contexts in the dev split (capped at the rows kept).")
     seed: int = Field(0, description="Same seed and contexts give the same split, in any row order.")

@@ -25,7 +25,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from jobs.core.base import StrictModel
 
 from jobs.mentalbench.curation_sources import SourceConfig, SourceSummary
 
@@ -33,10 +35,8 @@ __all__ = ["KEPT_COLUMNS", "CurationReport", "FilterConfig", "FilterStep", "appl
            "strip_tags", "strip_wrapping_quotes", "tidy_whitespace", "unescape_entities", "word_count"]
 
 
-class FilterConfig(BaseModel):
+class FilterConfig(StrictModel):
     """Quality filters (`filters:` in conf/curate.yaml)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     unescape_html_entities: bool = Field(True, description="Turn `&amp;`, `&#39;` ... into characters.")
     strip_html_tags: bool = Field(True, description="Remove HTML tags (<p>, <br>, <a ...>).")

@@ -16,7 +16,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from jobs.core.base import StrictModel
 
 from jobs.core.rubric.parse import json_candidates
 from jobs.core.callfields import call_fields
@@ -28,18 +30,15 @@ __all__ = ["Condition", "LabelParse", "LabelStage", "LabelingConfig", "Taxonomy"
            "label_note", "label_schema", "parse_labels"]
 
 
-class Condition(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Condition(StrictModel):
 
     id: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Stable label id stored in the table.")
     name: str = Field(description="Display name.")
     description: str = Field(description="One line, shown to the labeler.")
 
 
-class Taxonomy(BaseModel):
+class Taxonomy(StrictModel):
     """The condition labels (`conf/taxonomy/*.yaml`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     version: str = Field(description="Recorded in the curation report.")
     conditions: list[Condition] = Field(min_length=1, description="The labels, in display order.")
@@ -61,10 +60,8 @@ class Taxonomy(BaseModel):
         return "\n".join(f"- {c.id}: {c.name} - {c.description}" for c in self.conditions)
 
 
-class LabelingConfig(BaseModel):
+class LabelingConfig(StrictModel):
     """How the labeler is asked (`labeling:` in conf/curate.yaml)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     version: str = Field(description="Prompt version, recorded in the curation report.")
     max_labels: int = Field(3, ge=1, le=5, description="Most labels per context (JSON schema maxItems).")

@@ -23,7 +23,9 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from jobs.core.base import StrictModel
 
 from jobs.core.configfiles import ConfigError, find_file, find_group_file, read_yaml, validated
 
@@ -31,11 +33,9 @@ _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _PLACEHOLDER_RE = re.compile(r"\{([A-Za-z][A-Za-z0-9_]*)\}")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Scale(_Strict):
+class Scale(StrictModel):
     min: int = Field(description="Lowest valid score (inclusive).")
     max: int = Field(description="Highest valid score (inclusive).")
 
@@ -46,7 +46,7 @@ class Scale(_Strict):
         return self
 
 
-class Item(_Strict):
+class Item(StrictModel):
     """One line of a rubric: what the evaluator scores, on which range, with which anchors."""
 
     name: str = Field(description="The JSON key the evaluator answers with (e.g. `Guidance`).")
@@ -79,7 +79,7 @@ class Item(_Strict):
         return self.min <= value <= self.max  # type: ignore[operator]
 
 
-class Aggregate(_Strict):
+class Aggregate(StrictModel):
     """A summary of items: their mean or sum, and optionally whether it passes a threshold."""
 
     items: list[str] = Field(min_length=1, description="Required items it summarises.")
@@ -107,7 +107,7 @@ class Aggregate(_Strict):
         return self.pass_above is not None or self.pass_at_least is not None
 
 
-class Rubric(_Strict):
+class Rubric(StrictModel):
     """A rubric or scale, loaded from `conf/rubric/<name>.yaml` by `load_rubric`."""
 
     name: str = Field(description="The file's name; the `rubric` column of every score row.")
