@@ -6,32 +6,28 @@
 A folder that holds nothing a job writes (no `run.json`, no input report, no table folder) is
 not a run directory: the command says so and exits 2, writing nothing there. The method is
 `RUN_DIR/run.json`'s `method` when that file exists, else the `method` of the rubric(s) the run's
-scores were made with (`conf/rubric/<rubric>.yaml`). By convention method
-`<m>` has its analysis in `analysis/<m>/report.py`, which defines `build_report(run_dir,
-out_dir=None, **options)` and may define `add_arguments(parser)` for its command-line options
-(`python -m analysis.report RUN_DIR --help` lists them). Nothing here names a method.
+scores were made with (`conf/rubric/<rubric>.yaml`). The method's registry entry
+(`conf/method/<m>.yaml`) names its `build_report(run_dir, out_dir=None, **options)` and, if it
+has command-line options, the function that adds them (`python -m analysis.report RUN_DIR --help`
+lists them). Nothing here names a method.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
-import re
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from analysis.scores import load_scores, rubrics_in
+from jobs.core.registry import method_spec, resolve
 from jobs.core.remote import is_uri, mirrored, public_path
+from jobs.core.rundir import RUN_FILE, read_run_record
 from jobs.core.rubric import load_rubric
 from jobs.core.schemas import TABLES
 from jobs.core.configfiles import ConfigError
 
-RUN_FILE = "run.json"
 INPUT_REPORT_FILE = "input_report.json"  # what a job that read a dataset writes first
-_METHOD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class NoMethodError(ValueError):
@@ -76,13 +72,9 @@ def find_method(run_dir: str | Path) -> str:
     """
     run_dir = check_run_dir(run_dir)
     run_file = run_dir / RUN_FILE
-    if run_file.is_file():
-        try:
-            method = json.loads(run_file.read_text(encoding="utf-8")).get("method")
-        except (json.JSONDecodeError, AttributeError) as exc:
-            raise NoMethodError(f"{run_file}: not a JSON object ({exc})") from exc
-        if method:
-            return str(method)
+    method = read_run_record(run_dir).get("method")
+    if method:
+        return str(method)
     methods: dict[str, list[str]] = {}
     unknown: list[str] = []
     for name in rubrics_in(load_scores(run_dir)):
@@ -104,20 +96,17 @@ def find_method(run_dir: str | Path) -> str:
         + f". Pass --method NAME or write {{\"method\": NAME}} to {run_file}.")
 
 
-def method_module(method: str) -> ModuleType:
-    """`analysis.<method>.report`, checked to define `build_report`."""
-    if not _METHOD_RE.match(method):
-        raise NoMethodError(f"method {method!r} is not a Python identifier: no analysis package can have that name")
-    name = f"analysis.{method}.report"
+def method_parts(method: str) -> tuple[Any, Any]:
+    """The method's `build_report` and its `add_arguments` (or None), from the registry
+    (`conf/method/<method>.yaml`)."""
     try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name not in (name, f"analysis.{method}"):
-            raise
-        raise NoMethodError(f"method {method!r} has no analysis: expected {name.replace('.', '/')}.py") from exc
-    if not callable(getattr(module, "build_report", None)):
-        raise NoMethodError(f"{name} defines no build_report(run_dir, out_dir=None, **options)")
-    return module
+        spec = method_spec(method)
+        build = resolve(spec.report, f"method {method!r} report")
+        arguments = resolve(spec.report_arguments, f"method {method!r} report_arguments") \
+            if spec.report_arguments else None
+    except ConfigError as exc:
+        raise NoMethodError(str(exc)) from exc
+    return build, arguments
 
 
 def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *, method: str | None = None,
@@ -134,8 +123,8 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *, meth
         NotARunError: `run_dir` is not a run directory (checked first: nothing is written).
     """
     check_run_dir(run_dir)
-    module = method_module(method or find_method(run_dir))
-    return module.build_report(run_dir, out_dir, **options)
+    build, _ = method_parts(method or find_method(run_dir))
+    return build(run_dir, out_dir, **options)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -160,22 +149,23 @@ def _main(argv: list[str]) -> None:
     base.add_argument("--method", default=None, help="the run's method (default: from run.json or its rubrics)")
     known, _ = base.parse_known_args(argv)
     parser = argparse.ArgumentParser(prog=base.prog, description=base.description, parents=[base])
-    module = None
+    build = None
     if known.run_dir is not None:
         try:
             # Checked before anything else, so that a wrong folder gets no report/ written in it.
             check_run_dir(known.run_dir)
-            module = method_module(known.method or find_method(known.run_dir))
+            method = known.method or find_method(known.run_dir)
+            build, arguments = method_parts(method)
         except (NotARunError, NoMethodError) as exc:
             parser.error(str(exc))
-        if hasattr(module, "add_arguments"):
-            module.add_arguments(parser.add_argument_group(f"{module.__name__.split('.')[1]} options"))
+        if arguments is not None:
+            arguments(parser.add_argument_group(f"{method} options"))
     args = parser.parse_args(argv)
     if args.run_dir is None:
         parser.error("RUN_DIR is required")
     options = {k: v for k, v in vars(args).items() if k not in ("run_dir", "out", "method")}
     try:
-        print(public_path(module.build_report(args.run_dir, args.out, **options)))
+        print(public_path(build(args.run_dir, args.out, **options)))
     except ConfigError as exc:  # e.g. a corrupt part: the message names the file and the fix
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from jobs.core.base import StrictModel
@@ -10,6 +12,11 @@ from jobs.core.base import StrictModel
 class ClusterConfig(StrictModel):
     """Where work runs."""
 
+    runner: Literal["ray", "inline"] = Field(
+        "ray", description="`ray`: model calls run on Ray Data workers and hosted models on Ray Serve. "
+        "`inline`: in the job's own process, without Ray, for endpoints that already answer "
+        "(external or on-prem servers, loopback fakes in tests).",
+    )
     address: str | None = Field(
         None,
         description="Ray address to join (`ray://host:10001`, `host:6379` or `auto`). None: join "

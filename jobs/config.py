@@ -11,22 +11,32 @@ search path (`jobs.core.configfiles`).
 
 from __future__ import annotations
 
-import importlib
 import logging
-import re
+import shlex
+import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Literal
 
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
 from pydantic import BaseModel, Field, field_validator
 
-from jobs.core.base import StrictModel
-
 from cluster.config import ClusterConfig
-from jobs.import_ratings_config import RatingsImportConfig
-from jobs.core.modelconfig import GenerationOverrides
+from jobs.core import joblog
+from jobs.core.base import StrictModel
+from jobs.core.collect import WriteFailed, raise_on_sigterm
 from jobs.core.configfiles import ConfigError, data_path, find_file, validated
+from jobs.core.modelconfig import GenerationOverrides
+from jobs.core.preflight import PreflightError
+from jobs.core.registry import method_spec, resolve
+from jobs.core.remote import local_run_dir
+from jobs.core.rundir import check_run_dir
+from jobs.import_ratings_config import RatingsImportConfig
+from jobs.core.sweeps import is_multirun, point_run_dir, record_point, sweep_resume_command
 from serving.deploy import ServingConfig
+from serving.governance import DataGovernanceError
 
 __all__ = ["ChainConfig", "ColumnMapping", "ConfigError", "DatasetConfig", "GenerateConfig",
            "JudgeConfig", "PromptConfig", "RunConfig", "method_config", "run_entrypoint", "validate"]
@@ -199,25 +209,13 @@ def with_group_names(data: dict[str, Any], choices: dict[str, Any]) -> dict[str,
     return out
 
 
-_METHOD_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
 def method_config(method: str | None) -> type[RunConfig]:
-    """The whole-chain config of a method: `PIPELINE_CONFIG` in `jobs/<method>/config.py` when
-    the method defines one (its own steps and keys), else the shared `ChainConfig`.
-
-    Found by convention, so shared code never names a method."""
+    """The whole-chain config of a method: its `chain_config` in the registry
+    (`conf/method/<method>.yaml`), else the shared `ChainConfig`."""
     if not method:
         return ChainConfig
-    if not _METHOD_RE.match(method):
-        raise ConfigError(f"method {method!r} is not a package name (lower case, digits, _)")
-    try:
-        module = importlib.import_module(f"jobs.{method}.config")
-    except ModuleNotFoundError as exc:
-        if exc.name in (f"jobs.{method}", f"jobs.{method}.config"):
-            return ChainConfig
-        raise
-    return getattr(module, "PIPELINE_CONFIG", ChainConfig)
+    spec = method_spec(method)
+    return resolve(spec.chain_config, f"method {method!r} chain_config") if spec.chain_config else ChainConfig
 
 
 def validate(data: dict[str, Any], model_cls: type[BaseModel], where: str = "config") -> Any:
@@ -235,7 +233,7 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
     In a sweep (`-m`), each point runs in its own run directory and the code is returned, not
     exited with (an exit would end the sweep after its first point): any failure of the point is
     its exit code and error in `<point dir>/sweep_point.json`, for the sweep's summary
-    (jobs/sweep.py). An interrupt still stops the sweep.
+    (jobs/core/sweeps.py). An interrupt still stops the sweep.
 
     Configuration and data-governance errors are the user's to fix: one line on stderr, exit 2
     (a `run_dir` that is a file or cannot be written included, checked before anything runs).
@@ -243,16 +241,6 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
     SIGINT/SIGTERM: one line with the rows saved and the command that resumes, exit 130/143.
     What the console shows also goes to `RUN_DIR/<job>.log`, with the detail kept off it.
     """
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
-
-    from jobs.core import joblog
-    from jobs.core.collect import WriteFailed, raise_on_sigterm
-    from jobs.core.preflight import PreflightError
-    from jobs.core.rundir import check_run_dir
-    from jobs.sweep import is_multirun, point_run_dir, record_point, sweep_resume_command
-    from serving.governance import DataGovernanceError
-
     run_dir = cfg = error = None
     multirun = False
     try:
@@ -262,9 +250,7 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
         if multirun:  # the default run_dir's timestamp is the same for every point of a sweep
             data["run_dir"] = point_run_dir(hydra_cfg, data["run_dir"])
             print(f"== sweep point {hydra_cfg.job.num}: {' '.join(hydra_cfg.overrides.task)} ==", flush=True)
-        from jobs.core.remote import local_run_dir  # a URI here was not mirrored by the entry: refused
-
-        run_dir = local_run_dir(data["run_dir"])
+        run_dir = local_run_dir(data["run_dir"])  # a URI here was not mirrored by the entry: refused
         data["run_dir"] = run_dir
         check_run_dir(run_dir)
         cfg = validate(data, model_cls, where)
@@ -282,8 +268,6 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
         print(f"error: {exc}", file=sys.stderr)
         error, code = str(exc), 1
     except KeyboardInterrupt as exc:
-        import signal
-
         signum = getattr(exc, "signum", signal.SIGINT)
         saved = getattr(exc, "saved", 0)
         where_ = f" in {run_dir}" if run_dir else ""
@@ -296,8 +280,6 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
             raise
         # Hydra's sweeper re-raises a point's exception and ends the sweep: one point's bug or
         # lost cluster is that point's failure (traceback on stderr and in its log), not the sweep's.
-        import traceback
-
         traceback.print_exc()
         error, code = f"{type(exc).__name__}: {exc}", 1
     finally:
@@ -313,8 +295,6 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
 def resume_command(run_dir: str | None) -> str:
     """The command line that started this job, with its run directory pinned (a default
     `run_dir` holds the start time: the same command would start a new run, not resume)."""
-    import shlex
-
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     head = ["python", "-m", spec.name] if spec is not None and spec.name else ["python", sys.argv[0]]

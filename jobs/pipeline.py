@@ -5,10 +5,9 @@
     python -m jobs.pipeline experiment=mentalbench cluster=auto run_dir=/mnt/runs/mb/001
     python -m jobs.pipeline experiment=mentalbench cluster=auto run_dir=s3://bucket/runs/mb/001
 
-The experiment names its method and its steps. A step is a job of the method
-(`jobs/<method>/<step>.py`) or a shared one (`jobs/<step>.py`), each with `run(cfg)`, or one of
-the built-ins `import_ratings` and `report`; the method's chain config is `PIPELINE_CONFIG` in
-`jobs/<method>/config.py` (else the shared `ChainConfig`). MentalBench's chain is all shared
+The experiment names its method and its steps. The method's registry entry
+(`conf/method/<method>.yaml`, read by `jobs.core.registry`) says where its steps, chain config
+and report live; a step is one of those or one of the built-ins `import_ratings` and `report`. MentalBench's chain is all shared
 jobs: generate (responders, and the human reference where asked) -> judge (the panel, on
 the experiment's rubric) -> import ratings (when the experiment names them) -> the report of
 the experiment's method. Every step resumes from what the run directory already holds, so
@@ -17,28 +16,20 @@ re-running the same command after a crash finishes the job.
 
 from __future__ import annotations
 
-import importlib
-import json
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from jobs.config import ChainConfig, ConfigError, method_config, run_entrypoint
+from jobs.core.registry import known_methods, method_spec, resolve
 from jobs.core.remote import public_path, run_main
-
-
-def write_run_record(cfg: ChainConfig) -> None:
-    """`RUN_DIR/run.json`: the experiment and its method, so `analysis.report RUN_DIR` knows
-    which method's report to build from the run directory alone."""
-    path = Path(cfg.run_dir) / "run.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    record.update(experiment=cfg.experiment, method=cfg.method)
-    path.write_text(json.dumps(record, indent=1), encoding="utf-8")
+from jobs.core.rundir import write_run_record
+from jobs.import_ratings import run_from_dict
 
 
 # Steps every method can use that are not model-calling jobs.
@@ -46,23 +37,15 @@ BUILTIN_STEPS = ("import_ratings", "report")
 
 
 def step_runner(method: str | None, step: str) -> Callable[[Any], int]:
-    """The job a step names: `jobs/<method>/<step>.py` when the method has one, else the shared
-    `jobs/<step>.py`; either defines `run(cfg) -> exit code`."""
-    candidates = ([f"jobs.{method}.{step}"] if method else []) + [f"jobs.{step}"]
-    for name in candidates:
-        if name == __name__:
-            continue
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name in (name, name.rsplit(".", 1)[0]):
-                continue
-            raise
-        if callable(getattr(module, "run", None)):
-            return module.run
-    where = f"jobs/{method}/{step}.py or jobs/{step}.py" if method else f"jobs/{step}.py"
-    raise ConfigError(f"steps: no job {step!r} ({where} with a run(cfg)); the built-in steps are "
-                      f"{list(BUILTIN_STEPS)}")
+    """The job a step names, from the method's registry entry (`conf/method/<method>.yaml`):
+    `run(cfg) -> exit code`."""
+    if not method:
+        raise ConfigError(f"steps: {step!r} needs the experiment's `method` (known: {', '.join(known_methods())}); "
+                          f"the built-in steps are {list(BUILTIN_STEPS)}")
+    runner = method_spec(method).step(step)
+    if not callable(runner):
+        raise ConfigError(f"method {method!r} step {step!r} is not callable")
+    return runner
 
 
 def run(cfg: ChainConfig) -> int:
@@ -70,7 +53,8 @@ def run(cfg: ChainConfig) -> int:
     runners = {s: step_runner(cfg.method, s) for s in cfg.steps if s not in BUILTIN_STEPS}
     started = time.perf_counter()
     if not cfg.dry_run:
-        write_run_record(cfg)
+        # So that `analysis.report RUN_DIR` knows the method from the run directory alone.
+        write_run_record(cfg.run_dir, experiment=cfg.experiment, method=cfg.method)
     failed_steps: list[str] = []
     for step in cfg.steps:
         if step in runners:
@@ -86,13 +70,10 @@ def run(cfg: ChainConfig) -> int:
             continue
         elif step == "import_ratings" and getattr(cfg, "ratings", None) is not None:
             print("== import ratings ==", flush=True)
-            from jobs.import_ratings import run_from_dict
-
             run_from_dict(cfg.ratings, cfg.run_dir)
         elif step == "report":
             print("== report ==", flush=True)
-            from analysis.report import build_report
-
+            build_report = resolve(method_spec(cfg.method).report, f"method {cfg.method!r} report")
             print(f"report: {public_path(build_report(cfg.run_dir))}", flush=True)
     if not cfg.dry_run:
         print(f"pipeline finished in {time.perf_counter() - started:.0f}s; results in {public_path(cfg.run_dir)}",
@@ -111,9 +92,6 @@ def main(raw: DictConfig) -> None:
         config_cls = method_config(raw.get("method"))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             return  # one point of a sweep: the summary reports it as failed; the others go on
         sys.exit(2)

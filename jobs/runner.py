@@ -11,16 +11,24 @@ from __future__ import annotations
 import math
 import uuid
 import warnings
+from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
 import pyarrow as pa
 from tqdm import tqdm
 
+from cluster.connect import connect
 from jobs.core.collect import Collector, Interrupted, RowSink, interrupt_signals, raise_on_sigterm
+from jobs.core.joblog import follow_ray
+from jobs.core.preflight import check_endpoints, check_keys
+from jobs.inline import INLINE, check_inline, run_inline
 from jobs.core.preflight import Counted, FailureSummary
 from jobs.core.schemas import STATUS_OK
-from jobs.stage import with_sink
+from jobs.stage import endpoints_to_spec, with_sink
+from serving.capacity import plan_lines
+from serving.client import Endpoint
+from serving.deploy import ensure
 from jobs.core.store import TableStore
 
 
@@ -51,8 +59,6 @@ def plan_text(models: list, todo: pd.DataFrame, overrides: Any) -> str:
         lines.append("  GPUs at minimum scale: " + ", ".join(f"{v} x {k}" for k, v in gpus.items()))
     # The capacity plan: tokens, GPUs and wall time at the throughput table's figures
     # (conf/throughput.yaml), one request at a time versus all in flight, and GPU-hours.
-    from serving.capacity import plan_lines
-
     texts = [c for c in ("context", "response", "transcript", "profile", "prompt") if c in todo.columns]
     row_texts = todo[texts].fillna("").astype(str).agg(" ".join, axis=1) if texts else [""] * len(todo)
     lines.append("  capacity (input tokens estimated at 4 characters each, from the row texts; "
@@ -80,19 +86,19 @@ def run_model_stage(
     `run` is the job's `RunConfig` (cluster, serving, rows per task, flush interval, verbosity);
     Ray's logs go to the run directory unless `run.verbose`.
     """
-    from pathlib import Path
-
-    from cluster.connect import connect
-    from jobs.core.joblog import follow_ray
-    from jobs.core.preflight import check_endpoints, check_keys
-    from jobs.stage import endpoints_to_spec
-    from serving.client import Endpoint
-    from serving.deploy import ensure
-
     # Before Ray starts: a missing key (exit 2) or an API that does not answer (exit 1) stops
     # the run in seconds. Our own Serve endpoints: `ensure` waits until they answer.
     check_keys(models)
+    if run.cluster.runner == INLINE:
+        check_inline(models)
     check_endpoints({m.name: Endpoint(m, m.base_url) for m in models if m.provider != "serve"})
+    if run.cluster.runner == INLINE:
+        endpoints = {m.name: Endpoint(m, m.base_url) for m in models}
+        kwargs = dict(endpoints=endpoints_to_spec(endpoints), concurrency_share=1.0, sensitivity=sensitivity,
+                      **stage_kwargs)
+        done = run_inline(rows, stage_cls, kwargs, store, flush_every_s=run.flush_every_s, desc=desc,
+                          counter=_with_reasons(counter))
+        return StageResult(done.counts["ok"], done.counts["failed"], done.failures, done.saved)
     print(connect(run.cluster, verbose=run.verbose, log_dir=Path(run.run_dir)), flush=True)
     raise_on_sigterm()  # ray.init replaced ours: a SIGTERM while Serve starts must not lose the line
     follow_ray()

@@ -118,7 +118,7 @@ class Collector:
 
     def take(self, timeout: float = 30.0) -> int:
         """Move what the sink holds into the pending rows; returns the input rows taken."""
-        import ray
+        import ray  # the driver side of a Ray run only; an inline run never takes
 
         return self.add(ray.get(self.sink.take.remote(), timeout=timeout))
 
@@ -161,11 +161,15 @@ class Collector:
             self.saved += rows.num_rows
             self.write_error = None
 
+    def due(self) -> bool:
+        """True when the pending rows are older than the flush interval."""
+        return time.monotonic() - self._last_flush >= self.flush_every_s
+
     def _loop(self) -> None:
         while not self._stop.wait(0.5):
             try:
                 self.take()
-                if time.monotonic() - self._last_flush >= self.flush_every_s:
+                if self.due():
                     self.flush()
             except Exception:  # noqa: BLE001 - the main thread's final take/flush reports it
                 rows_log.exception("collecting finished rows failed; retrying")
@@ -179,8 +183,9 @@ class Collector:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=60)
-        with contextlib.suppress(Exception):  # Ray gone (a dead cluster): keep what we hold
-            self.take()
+        if self.sink is not None:  # None: an inline run hands its rows to `add` itself
+            with contextlib.suppress(Exception):  # Ray gone (a dead cluster): keep what we hold
+                self.take()
         for attempt in range(retries):
             self.flush()
             if not self._pending:

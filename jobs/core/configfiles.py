@@ -12,10 +12,12 @@ it imports none of them.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import yaml
+from hydra.core.hydra_config import HydraConfig
 from pydantic import BaseModel, ValidationError
 
 from jobs.core.callfields import register_key_env
@@ -51,25 +53,35 @@ def validated(model_cls: type[BaseModel], data: dict[str, Any], where: str) -> A
         raise ConfigError(f"{where}: {explain(exc)}") from exc
 
 
+SEARCHPATH_ENV = "EVALCLUSTER_SEARCHPATH"
+
+
+def env_dirs() -> list[Path]:
+    """Folders in `$EVALCLUSTER_SEARCHPATH` (separated like PATH): searched first, inside and
+    outside Hydra, and inherited by Ray's workers and subprocesses. How a deployment (or a test)
+    adds model, rubric or method files where no `hydra.searchpath` reaches (`analysis`, scripts)."""
+    return [Path(p).expanduser() for p in os.environ.get(SEARCHPATH_ENV, "").split(os.pathsep) if p]
+
+
 def search_dirs() -> list[Path]:
-    """Config folders to look in: `hydra.searchpath` entries first, then the primary `conf/`.
+    """Config folders to look in: `$EVALCLUSTER_SEARCHPATH`, then `hydra.searchpath` entries,
+    then the primary `conf/`.
 
     Hydra lists its own package, the primary config dir, then the searchpath entries; a user's
-    folder must win so that it can shadow a bundled file. Outside a Hydra app: `conf/` alone.
+    folder must win so that it can shadow a bundled file. Outside a Hydra app: `conf/` alone
+    (after the environment's folders).
     """
     try:
-        from hydra.core.hydra_config import HydraConfig
-
         sources = HydraConfig.get().runtime.config_sources
-    except (ImportError, ValueError):
-        return [CONF_DIR]
+    except ValueError:
+        return env_dirs() + [CONF_DIR]
     user: list[Path] = []
     main: list[Path] = []
     for src in sources:
         if src.schema != "file":
             continue  # hydra's own package and structured configs hold no files of ours
         (user if src.provider.startswith("hydra.searchpath") else main).append(Path(src.path))
-    return user + main or [CONF_DIR]
+    return env_dirs() + (user + main or [CONF_DIR])
 
 
 def read_yaml(path: Path) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterator
 from urllib.parse import parse_qsl, urlsplit
 
 from jobs.core import store
+from jobs.core.rundir import RUN_FILE, RUN_INPUTS
 from jobs.core.configfiles import ConfigError
 
 __all__ = ["CACHE_ENV", "RemoteRun", "SyncError", "is_uri", "local_run_dir", "mirrored", "public_path",
@@ -49,7 +50,7 @@ __all__ = ["CACHE_ENV", "RemoteRun", "SyncError", "is_uri", "local_run_dir", "mi
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "EVALCLUSTER_RUN_CACHE"  # where local copies of remote runs live
-RECORDS = ("run.json", "run_inputs.json", "input_report.json")  # uploaded with every part
+RECORDS = (RUN_FILE, RUN_INPUTS, "input_report.json")  # uploaded with every part
 _SKIP_PREFIXES = (".tmp-", ".probe-")  # in-flight temp files and writability probes: never data
 _SECRET_WORDS = ("key", "secret", "token", "password", "credential")
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")  # two letters at least: C:\ is a path

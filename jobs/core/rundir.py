@@ -27,6 +27,7 @@ from jobs.core.configfiles import ConfigError
 __all__ = ["RUN_INPUTS", "RunDirCheck", "check_run_dir", "check_writable", "file_fingerprint", "record_inputs"]
 
 RUN_INPUTS = "run_inputs.json"
+RUN_FILE = "run.json"  # RUN_DIR/run.json: the run's experiment and method (the pipeline writes it)
 
 
 def _probe(folder: Path) -> None:
@@ -168,3 +169,20 @@ class RunDirCheck(Callback):
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
+
+
+def read_run_record(run_dir: str | Path) -> dict[str, Any]:
+    """`RUN_DIR/run.json` (experiment, method), or {} when the run has none or it is unreadable."""
+    path = Path(run_dir) / RUN_FILE
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def write_run_record(run_dir: str | Path, **fields: Any) -> None:
+    """Set `fields` in `RUN_DIR/run.json`, keeping what it already says."""
+    path = Path(run_dir) / RUN_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write(path, {**read_run_record(run_dir), **fields})

@@ -317,7 +317,9 @@ class FakeOpenAI:
         think: bool = False,
         bad_json: str = "none",
         seed: int = 0,
+        echo_auth: bool = False,
     ) -> None:
+        self.echo_auth = bool(echo_auth)  # errors repeat the Authorization header, as some gateways do
         self.latency = float(latency)
         self.fault_rate = float(fault_rate)
         self.fault_kinds = list(fault_kinds)
@@ -485,6 +487,9 @@ class FakeOpenAI:
                         headers={"Retry-After": self.retry_after_header},
                     )
                 if outcome in ("500", "503"):
+                    if self.echo_auth:
+                        return self._error(int(outcome), "upstream failed for request with Authorization: "
+                                           f"{request.headers.get('Authorization')}")
                     return web.Response(
                         status=int(outcome), body=_ERROR_BODIES[outcome], content_type="application/json"
                     )
@@ -589,6 +594,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bad-json", choices=["none", "first", "always"], default="none",
                    help="answer json_schema requests with prose: always, or on first turns only")
     p.add_argument("--seed", type=int, default=0, help="seed of the fault RNG")
+    p.add_argument("--echo-auth", action="store_true",
+                   help="500/503 error messages repeat the request's Authorization header")
     return p
 
 
@@ -606,6 +613,7 @@ async def _serve(args: argparse.Namespace) -> None:
         think=args.think,
         bad_json=args.bad_json,
         seed=args.seed,
+        echo_auth=args.echo_auth,
     )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

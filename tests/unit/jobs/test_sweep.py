@@ -1,12 +1,10 @@
-"""Hydra sweeps (jobs/sweep.py): one run directory per point, every point run, and a summary that
+"""Hydra sweeps (jobs/core/sweeps.py, analysis/sweep.py): one run directory per point, every point run, and a summary that
 puts the points side by side. No Ray: the summary is built from written tables, and the
 end-to-end sweeps here are dry runs (they plan and exit)."""
 
 from __future__ import annotations
 
 import json
-import sys
-import types
 from pathlib import Path
 
 import hydra
@@ -17,9 +15,9 @@ from omegaconf import OmegaConf
 
 from jobs.core.schemas import RESPONSES, SCORES
 from jobs.core.store import TableStore
-from jobs.sweep import (
-    POINT_RECORD, distinguishing, find_points, method_headline, point_run_dir, report, shared_run_dir,
-    summarize, sweep_exit_code, write_summary,
+from analysis.sweep import method_headline, summarize, write_summary
+from jobs.core.sweeps import (
+    POINT_RECORD, distinguishing, find_points, point_run_dir, report, shared_run_dir, sweep_exit_code,
 )
 from jobs.core.modelconfig import GenerationOverrides
 from tests.conftest import ROOT, run_job
@@ -169,12 +167,21 @@ def test_a_single_run_under_the_sweep_folder_is_not_a_point(tmp_path):
     assert [p["num"] for p in find_points(sweep)] == [0]
 
 
-def test_a_method_adds_its_headline_by_convention(monkeypatch, tmp_path):
-    module = types.ModuleType("analysis.toymethod.report")
-    module.headline = lambda run_dir: {"toy.win_rate": 0.25, "run": Path(run_dir).name}
-    monkeypatch.setitem(sys.modules, "analysis.toymethod.report", module)
+def test_a_method_adds_its_headline_through_the_registry(monkeypatch, tmp_path):
+    """A method registered from a folder of its own (`$EVALCLUSTER_SEARCHPATH`) names its
+    headline function; the sweep summary finds it there."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "toy_report.py").write_text(
+        "from pathlib import Path\n"
+        "def headline(run_dir):\n    return {'toy.win_rate': 0.25, 'run': Path(run_dir).name}\n"
+        "def build_report(run_dir, out_dir=None):\n    return Path(run_dir)\n")
+    (tmp_path / "conf" / "method").mkdir(parents=True)
+    (tmp_path / "conf" / "method" / "toymethod.yaml").write_text(
+        "name: toymethod\nreport: toy_report:build_report\nheadline: toy_report:headline\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(tmp_path / "conf"))
     assert method_headline(tmp_path, "toymethod") == {"toy.win_rate": 0.25, "run": tmp_path.name}
-    assert method_headline(tmp_path, "nosuchmethod") == {}  # optional: no report module, no numbers
+    assert method_headline(tmp_path, "nosuchmethod") == {}  # an unknown method has no numbers
 
 
 # --- the config: every sampling key can be swept without `+` -----------------------------------
@@ -235,12 +242,12 @@ def test_one_run_dir_for_every_point_is_refused_before_anything_runs(tmp_path):
 
 def test_points_submitted_one_by_one_share_a_sweep_folder_and_one_summary(tmp_path):
     """cluster/launcher/README.md: each point its own `ray job submit` (a one-point sweep into a
-    shared hydra.sweep.dir), then `python -m jobs.sweep DIR` puts them side by side."""
+    shared hydra.sweep.dir), then `python -m analysis.sweep DIR` puts them side by side."""
     sweep = tmp_path / "sweep"
     for t in ("0.2", "0.7"):
         run_job("jobs.pipeline", "-m", "experiment=mentalbench_demo", "dry_run=true", "dataset.limit=1",
                 f"generation.temperature={t}", f"hydra.sweep.dir={sweep}", timeout=300)
-    proc = run_job("jobs.sweep", str(sweep), timeout=120)
+    proc = run_job("analysis.sweep", str(sweep), timeout=120)
     assert "sweep summary (2 point(s))" in proc.stdout
     frame = pd.read_csv(sweep / "sweep_summary.csv")
     assert sorted(frame["overrides"].str.extract(r"temperature=(\S+)")[0]) == ["0.2", "0.7"]

@@ -1,0 +1,68 @@
+"""The inline runner (`cluster=inline`): a model-call stage run in this process, without Ray.
+
+For tests and small local jobs against endpoints that already answer (an external API, an
+on-prem server, a loopback fake): the same stage class with the same arguments, every row in
+flight at once through the stage's client (its per-model semaphores bound what is open), and
+each finished row through the same `Collector` into the same store as on Ray, so a flush
+interval, failure counts, the progress bar and resume behave as they do there. Models that the
+cluster would host (`provider: serve`) need Ray Serve: the runner refuses them, naming them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+import pandas as pd
+import pyarrow as pa
+from tqdm import tqdm
+
+from jobs.core.collect import Collector, Interrupted, interrupt_signals
+from jobs.core.configfiles import ConfigError
+from jobs.core.store import TableStore
+
+__all__ = ["INLINE", "check_inline", "run_inline"]
+
+INLINE = "inline"  # ClusterConfig.runner
+
+
+def check_inline(models: list) -> None:
+    hosted = [m.name for m in models if m.provider == "serve"]
+    if hosted:
+        raise ConfigError(f"cluster runner {INLINE!r} calls endpoints that already answer; {hosted} are "
+                          "hosted by Ray Serve (provider: serve): use cluster=local (or an address)")
+
+
+def run_inline(rows: pd.DataFrame, stage_cls: type, stage_kwargs: dict[str, Any], store: TableStore, *,
+               flush_every_s: float, desc: str, counter: Callable[[pa.Table], Any]) -> Collector:
+    """Run every row of `rows` through one `stage_cls` instance; returns the finished collector
+    (its counts, failures and rows saved)."""
+    stage = stage_cls(**stage_kwargs)
+    with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar:
+        collector = Collector(store, None, flush_every_s=flush_every_s, bar=bar, counter=counter)
+        with interrupt_signals():
+            try:
+                asyncio.run(_drive(stage, rows.to_dict("records"), collector))
+            except BaseException as exc:  # Ctrl-C, SIGTERM: save what finished
+                bar.clear()
+                try:
+                    collector.flush()
+                finally:
+                    if isinstance(exc, Interrupted):
+                        exc.saved = collector.saved
+                raise
+            collector.finish()
+    return collector
+
+
+async def _drive(stage: Any, rows: list[dict[str, Any]], collector: Collector) -> None:
+    async def one(row: dict[str, Any]) -> None:
+        out = await stage._guarded(row)
+        collector.add([stage.table.to_arrow(out)])
+        if collector.due():
+            collector.flush()
+
+    try:
+        await asyncio.gather(*(one(r) for r in rows))
+    finally:
+        await stage.client.aclose()
