@@ -136,9 +136,12 @@ class PromptConfig(StrictModel):
     system: str | None = Field(None, description="System prompt text.")
     system_file: str | None = Field(None, description="File holding the system prompt.")
     user_template: str = Field(
-        "{context}", description="User message; `{context}` (or `{user_concern}`) is the context."
+        "{context}", description="User message; `context_placeholder` in it is replaced by the context."
     )
     user_template_file: str | None = Field(None, description="File holding the user template.")
+    context_placeholder: str = Field(
+        "{context}", description="How the template spells the context's place (a released prompt may use "
+        "its own name, e.g. `{user_concern}`).")
 
     def system_text(self) -> str | None:
         if self.system_file:
@@ -146,9 +149,11 @@ class PromptConfig(StrictModel):
         return self.system
 
     def user_text(self) -> str:
+        """The user template with its context placeholder spelled `{context}`."""
+        text = self.user_template
         if self.user_template_file:
-            return find_file(self.user_template_file, what="prompt.user_template_file").read_text(encoding="utf-8").strip()
-        return self.user_template
+            text = find_file(self.user_template_file, what="prompt.user_template_file").read_text(encoding="utf-8").strip()
+        return text.replace(self.context_placeholder, "{context}")
 
 
 class GenerateConfig(RunConfig):
@@ -169,7 +174,7 @@ class JudgeConfig(RunConfig):
     """`python -m jobs.judge`: a panel of judges scores the run's responses on a rubric -> scores."""
 
     judges: list[str] = Field(default_factory=list, description="Judge model file names.")
-    rubric: str = Field(description="The `rubric` config group's choice: conf/rubric/NAME.yaml, or DIR/rubric/NAME.yaml with hydra.searchpath=[file://DIR].")
+    rubric: str | None = Field(None, description="The `rubric` config group's choice: conf/rubric/NAME.yaml, or DIR/rubric/NAME.yaml with hydra.searchpath=[file://DIR].")
     judge_generation: GenerationOverrides = Field(
         default_factory=GenerationOverrides, description="Overrides of each judge's sampling defaults."
     )

@@ -47,9 +47,9 @@ log = logging.getLogger("jobs.generate")
 
 
 def render_user(template: str, context: str) -> str:
-    """The user turn for one context: `{context}` (or `{user_concern}`, MentalBench's spelling)
-    replaced. str.replace, not str.format: prompts may contain literal braces."""
-    return template.replace("{context}", context).replace("{user_concern}", context)
+    """The user turn for one context: `{context}` replaced (`PromptConfig.user_text` spells every
+    prompt's placeholder so). str.replace, not str.format: prompts may contain literal braces."""
+    return template.replace("{context}", context)
 
 
 class GenerateStage(ChatStage):

@@ -221,6 +221,8 @@ def _plan_without_responses(cfg: JudgeConfig, judges: list) -> int:
 def run(cfg: JudgeConfig) -> int:
     if not cfg.judges:
         raise ConfigError("no judges: set judges=[model,...] (model files in conf/model/)")
+    if not cfg.rubric:
+        raise ConfigError("no rubric: set rubric=NAME (a file in conf/rubric/, e.g. rubric=mentalbench)")
     rubric = load_rubric(cfg.rubric)  # fail early on a bad rubric file
     extra = [p for p in rubric.placeholders if p not in RESPONSE_PLACEHOLDERS]
     if extra:

@@ -39,7 +39,7 @@ def test_bundled_model_answers_land_in_parquet_and_rerun_resumes(tmp_path):
     assert df["completion_tokens"].between(1, 24).all() and df["prompt_tokens"].gt(20).all()
     assert df["latency_s"].gt(0).all()
     assert (df["temperature"] == 0.7).all() and (df["max_tokens"] == 24).all()
-    assert (df["prompt_version"] == "mentalbench-responder-v1").all()
+    assert (df["prompt_version"] == "plain-v1").all()  # the default prompt: the context alone
     assert (run_dir / ".hydra" / "generate" / "config.yaml").is_file() and (run_dir / "input_report.json").is_file()
 
     again = run_job("jobs.generate", *common, "dataset.limit=3")

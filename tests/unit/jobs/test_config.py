@@ -52,8 +52,17 @@ def test_defaults_compose_and_validate(tmp_path):
     assert cfg.experiment == "generate_demo"
     assert cfg.generation.as_dict() == {"max_tokens": 128}
     assert cfg.dry_run is False
-    # The prompt file the default config names exists and holds the context placeholder.
-    assert "{context}" in cfg.prompt.user_text() or "{user_concern}" in cfg.prompt.user_text()
+    # The default prompt names no method: the context alone.
+    assert cfg.prompt.version == "plain-v1" and cfg.prompt.user_text() == "{context}"
+
+
+def test_a_released_prompt_keeps_its_own_placeholder_name(tmp_path):
+    """MentalBench's released prompt says `{user_concern}`; its prompt file says so, and the job
+    sees `{context}` (shared code knows no method's spelling)."""
+    cfg = compose_and_validate("experiment=mentalbench_demo", tmp_path=tmp_path)
+    raw = (ROOT / "conf" / "mentalbench" / "responder_prompt.txt").read_text()
+    assert "{user_concern}" in raw
+    assert cfg.prompt.user_text() == raw.strip().replace("{user_concern}", "{context}")
 
 
 def test_default_run_dir_interpolates_experiment_and_time():
@@ -136,7 +145,9 @@ def test_each_job_keeps_its_own_keys_and_refuses_unknown_ones(tmp_path):
 def test_rubric_is_a_config_group_found_on_the_searchpath(tmp_path):
     """`rubric=NAME` picks conf/rubric/NAME.yaml, or DIR/rubric/NAME.yaml on hydra.searchpath;
     the job gets the name and loads (and validates) the file itself."""
-    assert validate(compose(run_dir=tmp_path / "run"), JudgeConfig).rubric == "mentalbench"
+    # The shared default names no method's rubric; a method's experiment names its own.
+    assert validate(compose(run_dir=tmp_path / "run"), JudgeConfig).rubric is None
+    assert validate(compose("experiment=mentalbench_demo", run_dir=tmp_path / "run"), JudgeConfig).rubric == "mentalbench"
     (tmp_path / "sp" / "rubric").mkdir(parents=True)
     (tmp_path / "sp" / "rubric" / "toy.yaml").write_text("version: toy\nitems: []\n")
     data = compose(f"hydra.searchpath=[file://{tmp_path / 'sp'}]", "rubric=toy", run_dir=tmp_path / "run")
