@@ -21,6 +21,7 @@ from typing import Any, Callable, Literal
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, Field, field_validator
 
 from cluster.config import ClusterConfig
@@ -269,6 +270,9 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
     except (ConfigError, DataGovernanceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         error, code = str(exc), 2
+    except OmegaConfBaseException as exc:  # e.g. a required key (`???`) left unset
+        print(f"error: {where}: {str(exc).splitlines()[0]}", file=sys.stderr)
+        error, code = str(exc), 2
     except (PreflightError, WriteFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         error, code = str(exc), 1
@@ -295,6 +299,16 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
             sys.exit(code)  # interrupted: the user stops the sweep, not only this point
         return code
     sys.exit(code)
+
+
+def require_overrides(*keys: str, usage: str) -> None:
+    """Exit 2 with one line when a key the job cannot do without (e.g. `run_dir`, which Hydra
+    needs before the job starts) is not on the command line."""
+    given = {a.lstrip("+~").split("=", 1)[0] for a in sys.argv[1:] if "=" in a}
+    missing = [k for k in keys if k not in given]
+    if missing and not any(a in ("-h", "--help", "--cfg", "-c", "--info") for a in sys.argv[1:]):
+        print(f"error: {', '.join(f'{k}=...' for k in missing)} required: {usage}", file=sys.stderr)
+        sys.exit(2)
 
 
 def resume_command(run_dir: str | None) -> str:

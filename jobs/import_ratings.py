@@ -1,16 +1,17 @@
 """Import expert (or any external) ratings from a CSV into the run's `scores` table.
 
-    python -m jobs.import_ratings path=../shared/data/mentalbench-10/ratings_sample.csv run_dir=runs/mb/001
-    python -m jobs.import_ratings path=ratings.csv run_dir=RUN config=my_import.yaml unknown=fail
-    python -m jobs.import_ratings path=ratings.csv run_dir=RUN responder_map.Orig=human columns.rater=annotator
+    python -m jobs.import_ratings ratings.path=../shared/data/mentalbench-10/ratings_sample.csv run_dir=runs/mb/001
+    python -m jobs.import_ratings ratings.path=ratings.csv run_dir=RUN ratings.unknown=fail
+    python -m jobs.import_ratings ratings.path=ratings.csv run_dir=RUN +ratings.responder_map.Orig=human
+    python -m jobs.import_ratings ratings=my_preset ratings.path=ratings.csv run_dir=RUN  # DIR/ratings/my_preset.yaml
 
 One CSV row (context, responder, rater, one column per rubric item) becomes one `SCORES` row per
 item: `judge` = the rater's name (through `rater_map`, identity by default), `judge_type` = the
 `rater_type` column, `responder` mapped through `responder_map` (a name not in the map is kept as
 is and listed in the report), `context_id` = the context column as text (`1.0` -> `1`), with
 `context_id_prefix` in front. The defaults (`conf/import_ratings.yaml`) read the released
-MentalBench ratings (`conf/ratings/mentalbench_release.yaml`); `preset=`, `config=` and
-KEY=VALUE change them.
+MentalBench ratings (`conf/ratings/mentalbench_release.yaml`); `ratings=PRESET` (a file of
+`conf/ratings/`, or of a `hydra.searchpath` folder) and `ratings.KEY=VALUE` change them.
 
 Decisions (each visible in the `ImportReport`):
 - Each item is judged on its own: a score that is empty or not a number is `parse_error`, one
@@ -32,14 +33,17 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import hydra
 import pandas as pd
+from omegaconf import DictConfig
 from pydantic import BaseModel, Field
 
+from jobs.config import require_overrides, run_entrypoint
+from jobs.core.base import StrictModel
 from jobs.import_ratings_config import RatingsColumns, RatingsImportConfig
 from jobs.core.rubric import Rubric, load_rubric
 from jobs.core.rubric.parse import judge_item
@@ -48,7 +52,7 @@ from jobs.core.schemas import (
     STATUS_PARSE_ERROR, SUBJECT_RESPONSE, response_subject_id,
 )
 from jobs.core.store import TableStore
-from jobs.core.configfiles import CONF_DIR, ConfigError, find_group_file, read_yaml, validated
+from jobs.core.configfiles import ConfigError, validated
 
 __all__ = ["ImportReport", "RatingsColumns", "RatingsImportConfig", "import_ratings", "main",
            "ratings_to_rows", "run_from_dict"]
@@ -327,71 +331,31 @@ def run_from_dict(ratings: dict[str, Any] | RatingsImportConfig, run_dir: str | 
 
 # --- command line ---------------------------------------------------------------------------------
 
-_USAGE = """usage: python -m jobs.import_ratings path=CSV run_dir=RUN_DIR [KEY=VALUE ...]
 
-keys: path, run_dir, rubric, unknown (keep|skip|fail), run_id, default_rater_type, context_id_prefix,
-      check_run (true|false: check contexts/responders against RUN_DIR's tables; default true),
-      preset (conf/ratings/<preset>.yaml as the base; default from conf/import_ratings.yaml; null: none),
-      config (a YAML file of RatingsImportConfig fields, over the preset), report (write the report as JSON here),
-      columns.<field>=COL, columns.items.<Item>=COL, responder_map.<name>=NAME, rater_map.<name>=NAME
-"""
+class ImportRatingsJob(StrictModel):
+    """`python -m jobs.import_ratings` (conf/import_ratings.yaml)."""
 
-
-def _parse_args(argv: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for arg in argv:
-        if arg in ("-h", "--help"):
-            print(_USAGE)
-            raise SystemExit(0)
-        key, sep, value = arg.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"argument {arg!r}: expected KEY=VALUE\n{_USAGE}")
-        node = out
-        parts = key.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"argument {arg!r}: {p} is not a group of keys")
-        node[parts[-1]] = None if value.lower() in ("null", "none", "~") else value
-    return out
+    run_dir: str = Field(description="The run whose scores table receives the ratings.")
+    ratings: RatingsImportConfig
+    report: str | None = Field(None, description="Also write the import report as JSON to this file.")
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for k, v in over.items():
-        merged[k] = _merge(merged[k], v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
-    return merged
-
-
-def _base_config(args: dict[str, Any]) -> dict[str, Any]:
-    """The preset's fields, then the config file's: what KEY=VALUE arguments are applied to."""
-    defaults = read_yaml(CONF_DIR / "import_ratings.yaml")
-    preset = args.pop("preset", defaults.get("preset"))
-    base = read_yaml(find_group_file("ratings", preset)) if preset else {}
-    config_file = args.pop("config", None)
-    if config_file:
-        cpath = Path(config_file)
-        if not cpath.is_file():
-            raise ConfigError(f"config {cpath}: file not found")
-        base = _merge(base, read_yaml(cpath))
-    return base
-
-
-def main(argv: list[str] | None = None) -> int:
-    try:
-        args = _parse_args(sys.argv[1:] if argv is None else argv)
-        run_dir = args.pop("run_dir", None)
-        if not run_dir:
-            raise ConfigError(f"run_dir=... is required\n{_USAGE}")
-        report_path = args.pop("report", None)
-        report = run_from_dict(_merge(_base_config(args), args), run_dir, where="import_ratings config")
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if report_path:
-        Path(report_path).write_text(report.model_dump_json(indent=2), encoding="utf-8")
+def run(cfg: ImportRatingsJob) -> int:
+    report = run_from_dict(cfg.ratings, cfg.run_dir)
+    if cfg.report:
+        Path(cfg.report).write_text(report.model_dump_json(indent=2), encoding="utf-8")
     return 0
 
 
+@hydra.main(version_base="1.3", config_path="../conf", config_name="import_ratings")
+def hydra_main(raw: DictConfig) -> None:
+    run_entrypoint(raw, ImportRatingsJob, run, "import_ratings config")
+
+
+def main() -> None:
+    require_overrides("run_dir", usage="python -m jobs.import_ratings ratings.path=CSV run_dir=RUN_DIR")
+    hydra_main()
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

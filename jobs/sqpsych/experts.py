@@ -1,7 +1,7 @@
 """Import human expert scores of SQPsych dialogues into the run's `scores` table.
 
-    python -m jobs.sqpsych.experts path=expert_scores.csv run_dir=RUN
-    python -m jobs.sqpsych.experts path=scores.csv run_dir=RUN responder_map.Qwen2.5-72B=qwen2-5-72b-instruct
+    python -m jobs.sqpsych.experts ratings.path=expert_scores.csv run_dir=RUN
+    python -m jobs.sqpsych.experts ratings.path=scores.csv run_dir=RUN +ratings.responder_map.Qwen2.5-72B=qwen2-5-72b-instruct
 
 The CSV (one row per (dialogue, expert), one column per item of `conf/rubric/sqpsych_panel.yaml`;
 format in `conf/sqpsych/README-scores.md`) is read by the shared importer (`jobs.import_ratings`)
@@ -16,15 +16,18 @@ in one table, keyed alike, for the per-judge Pearson correlation of the analysis
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
-from jobs.import_ratings import ImportReport, RatingsImportConfig, _merge, _parse_args, ratings_to_rows, read_ratings_csv
+import hydra
+from omegaconf import DictConfig
+
+from jobs.config import require_overrides, run_entrypoint
+from jobs.import_ratings import ImportRatingsJob, ImportReport, RatingsImportConfig, ratings_to_rows, read_ratings_csv
 from jobs.core.rubric import load_rubric
 from jobs.core.schemas import DIALOGUES, SCORES, SCORES_CALL_KEY, SUBJECT_DIALOGUE, SUBJECT_RESPONSE
 from jobs.core.store import TableStore
-from jobs.core.configfiles import ConfigError, find_group_file, read_yaml, validated
+from jobs.core.configfiles import ConfigError
 
 __all__ = ["PRESET", "dialogue_subject_id", "import_expert_scores", "main"]
 
@@ -82,30 +85,23 @@ def run(cfg: Any) -> int:
     return 0
 
 
-def config_from(args: dict[str, Any]) -> RatingsImportConfig:
-    """The preset's fields, then `config=FILE`'s, then KEY=VALUE arguments."""
-    base = read_yaml(find_group_file("ratings", args.pop("preset", None) or PRESET))
-    config_file = args.pop("config", None)
-    if config_file:
-        if not Path(config_file).is_file():
-            raise ConfigError(f"config {config_file}: file not found")
-        base = _merge(base, read_yaml(Path(config_file)))
-    return validated(RatingsImportConfig, _merge(base, args), "expert scores import config")
-
-
-def main(argv: list[str] | None = None) -> int:
-    try:
-        args = _parse_args(sys.argv[1:] if argv is None else argv)
-        run_dir = args.pop("run_dir", None)
-        if not run_dir:
-            raise ConfigError("run_dir=... is required: python -m jobs.sqpsych.experts path=CSV run_dir=RUN")
-        report = import_expert_scores(config_from(args), run_dir)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+def run_import(cfg: ImportRatingsJob) -> int:
+    report = import_expert_scores(cfg.ratings, cfg.run_dir)
     print(report.summary(), flush=True)
+    if cfg.report:
+        Path(cfg.report).write_text(report.model_dump_json(indent=2), encoding="utf-8")
     return 0
 
 
+@hydra.main(version_base="1.3", config_path="../../conf", config_name="import_sqpsych_experts")
+def hydra_main(raw: DictConfig) -> None:
+    run_entrypoint(raw, ImportRatingsJob, run_import, "expert scores import config")
+
+
+def main() -> None:
+    require_overrides("run_dir", usage="python -m jobs.sqpsych.experts ratings.path=CSV run_dir=RUN_DIR")
+    hydra_main()
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

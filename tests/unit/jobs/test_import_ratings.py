@@ -9,14 +9,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from jobs.import_ratings import ImportReport, RatingsImportConfig, import_ratings, main, read_ratings_csv
+from jobs.import_ratings import ImportReport, RatingsImportConfig, import_ratings, read_ratings_csv
 from jobs.core.rubric import load_rubric
 from jobs.core.schemas import (
     HUMAN_RESPONDER, RESPONSES, SCORES, SCORES_CALL_KEY, STATUS_INVALID, STATUS_OK, STATUS_PARSE_ERROR,
 )
 from jobs.core.store import TableStore
 from jobs.core.configfiles import ConfigError, read_yaml
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_job
 
 ATTRS = ("Guidance", "Informativeness", "Relevance", "Safety", "Empathy", "Helpfulness", "Understanding")
 HEADER = ["conv_id", "rater", "rater_type", "responder", *ATTRS, "Overall"]
@@ -197,28 +197,39 @@ def test_missing_column_names_the_config_key(tmp_path):
 # --- command line --------------------------------------------------------------------------------
 
 
-def test_cli_checks_against_the_run(tmp_path, capsys):
+def cli(*args: str):
+    return run_job("jobs.import_ratings", *args, check=False, timeout=120)
+
+
+def test_cli_checks_against_the_run(tmp_path):
     run = tmp_path / "run"
     TableStore(run, RESPONSES, writer=True).append(
         [{"context_id": "1", "model": "gpt-4o", "status": "ok"}, {"context_id": "2", "model": "gpt-4o", "status": "ok"}]
     )
     path = _mixed_csv(tmp_path)
-    rc = main([f"path={path}", f"run_dir={run}", "responder_map.Mystery-Model=mystery", f"report={tmp_path / 'rep.json'}"])
-    out = capsys.readouterr().out
-    assert rc == 0 and "imported 4 of 4 rows" in out
+    proc = cli(f"ratings.path={path}", f"run_dir={run}", "+ratings.responder_map.Mystery-Model=mystery",
+               f"report={tmp_path / 'rep.json'}")
+    assert proc.returncode == 0 and "imported 4 of 4 rows" in proc.stdout, proc.stderr
     rep = json.loads((tmp_path / "rep.json").read_text())
     assert rep["unknown_contexts"] == 1 and rep["unknown_responder_names"] == {"mystery": 1}
     assert rep["unmapped_responders"] == {}  # the default map was extended, not replaced
-    assert main([f"path={tmp_path / 'absent.csv'}", f"run_dir={run}"]) == 2
-    assert "not found" in capsys.readouterr().err
-    assert main([f"path={path}", f"run_dir={run}", "colour=red"]) == 2
-    assert "`colour`: unknown key" in capsys.readouterr().err
+    proc = cli(f"ratings.path={tmp_path / 'absent.csv'}", f"run_dir={run}")
+    assert proc.returncode == 2 and "not found" in proc.stderr
+    proc = cli(f"ratings.path={path}", f"run_dir={run}", "+ratings.colour=red")
+    assert proc.returncode == 2 and "`ratings.colour`: unknown key" in proc.stderr
+    proc = cli(f"ratings.path={path}")
+    assert proc.returncode == 2 and "run_dir=... required" in proc.stderr
 
 
-def test_cli_without_the_preset_keeps_source_names(tmp_path, capsys):
+def test_cli_with_another_preset_from_a_folder_of_ones_own(tmp_path):
+    """A preset of one's own (DIR/ratings/NAME.yaml on hydra.searchpath) that keeps the source's
+    responder names."""
     path = _mixed_csv(tmp_path)
-    assert main([f"path={path}", f"run_dir={tmp_path / 'r'}", "preset=null", "rubric=mentalbench",
-                 "columns.context_mismatch=null"]) == 0
+    (tmp_path / "sp" / "ratings").mkdir(parents=True)
+    (tmp_path / "sp" / "ratings" / "plain.yaml").write_text("path: ???\nrubric: mentalbench\n")
+    proc = cli(f"hydra.searchpath=[file://{tmp_path / 'sp'}]", "ratings=plain", f"ratings.path={path}",
+               f"run_dir={tmp_path / 'r'}")
+    assert proc.returncode == 0, proc.stderr
     assert "GPT-4o" in set(TableStore(tmp_path / "r", SCORES).read()["responder"])
-    assert main([f"path={path}", f"run_dir={tmp_path / 'r2'}", "preset=nope"]) == 2
-    assert "unknown ratings 'nope'" in capsys.readouterr().err
+    proc = cli("ratings=nope", f"ratings.path={path}", f"run_dir={tmp_path / 'r2'}")
+    assert proc.returncode != 0 and "nope" in proc.stderr

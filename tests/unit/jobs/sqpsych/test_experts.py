@@ -12,9 +12,10 @@ import pytest
 from jobs.import_ratings_config import RatingsImportConfig
 from jobs.core.rubric import load_rubric
 from jobs.core.schemas import SCORES
-from jobs.sqpsych.experts import config_from, import_expert_scores, main
+from jobs.sqpsych.experts import PRESET, import_expert_scores
 from jobs.core.store import TableStore
-from jobs.core.configfiles import CONF_DIR, ConfigError
+from jobs.core.configfiles import CONF_DIR, ConfigError, find_group_file, read_yaml
+from tests.conftest import run_job
 from tests.unit.jobs.sqpsych.judging_helpers import write_dialogues
 
 README = CONF_DIR / "sqpsych" / "README-scores.md"
@@ -28,7 +29,8 @@ def test_the_documented_csv_imports_as_dialogue_scores(tmp_path):
     write_dialogues(tmp_path, [("c0007", "qwen2-5-72b-instruct", "ok")])
     path = tmp_path / "experts.csv"
     path.write_text(_documented_csv(), encoding="utf-8")
-    report = import_expert_scores(config_from({"path": str(path)}), tmp_path)
+    preset = read_yaml(find_group_file("ratings", PRESET))
+    report = import_expert_scores(RatingsImportConfig(**{**preset, "path": str(path)}), tmp_path)
     assert (report.rows_read, report.rows_written, report.rows_ok, report.scores_written) == (2, 2, 2, 36)
     assert report.unknown_contexts == report.unknown_responders == 0
     s = TableStore(tmp_path, SCORES).read()
@@ -41,7 +43,7 @@ def test_the_documented_csv_imports_as_dialogue_scores(tmp_path):
     assert s.loc[s["judge"] == "expert1", "explanation"].iloc[0] == "closure was abrupt"
 
 
-def test_each_item_stands_alone_and_reimport_skips(tmp_path, capsys):
+def test_each_item_stands_alone_and_reimport_skips(tmp_path):
     write_dialogues(tmp_path, [("c1", "m1", "ok")])
     rubric = load_rubric("sqpsych_panel")
     header = ["context_id", "model", "expert", *rubric.required_items]
@@ -50,8 +52,8 @@ def test_each_item_stands_alone_and_reimport_skips(tmp_path, capsys):
     unknown = ["c9", "m1", "e1", *["0"] * 18]                  # a dialogue the run does not have
     path = tmp_path / "s.csv"
     path.write_text("\n".join(",".join(r) for r in (header, good, bad, unknown)) + "\n")
-    assert main([f"path={path}", f"run_dir={tmp_path}"]) == 0
-    assert "1 rows with a context the run does not know" in capsys.readouterr().out
+    cli = ("jobs.sqpsych.experts", f"ratings.path={path}", f"run_dir={tmp_path}")
+    assert "1 rows with a context the run does not know" in run_job(*cli, timeout=120).stdout
     s = TableStore(tmp_path, SCORES).read().set_index(["subject_id", "judge", "item"])
     e2 = s.loc[("c1|m1", "e2")]
     assert e2.loc["T1_key_beliefs", "status"] == "invalid" and e2.loc["T1_key_beliefs", "answer"] == "3"
@@ -59,8 +61,7 @@ def test_each_item_stands_alone_and_reimport_skips(tmp_path, capsys):
     assert e2["score"].isna().sum() == 3 and (e2["score"].dropna() == 1).all()  # never clipped or invented
     assert ("c9|m1", "e1", "O5_realism") in s.index  # kept and reported: experts are ground truth
     n = len(s)
-    assert main([f"path={path}", f"run_dir={tmp_path}"]) == 0
-    assert "3 rows already in the run: skipped" in capsys.readouterr().out
+    assert "3 rows already in the run: skipped" in run_job(*cli, timeout=120).stdout
     assert len(TableStore(tmp_path, SCORES).read()) == n
 
 
@@ -69,4 +70,5 @@ def test_a_response_rubric_is_refused(tmp_path):
     path.write_text("context_id,model,expert\n")
     with pytest.raises(ConfigError, match="subject is 'dialogue'"):
         import_expert_scores(RatingsImportConfig(path=str(path), rubric="mentalbench"), tmp_path)
-    assert main([f"path={path}"]) == 2
+    proc = run_job("jobs.sqpsych.experts", f"ratings.path={path}", check=False, timeout=120)  # no run_dir
+    assert proc.returncode == 2 and "run_dir=... required" in proc.stderr
