@@ -42,6 +42,7 @@ from jobs.core.store import TableStore
 from jobs.core.modelconfig import GenerationParams
 from jobs.core.configfiles import load_model
 from serving.governance import check_all
+from jobs.core.remote import run_main
 
 log = logging.getLogger("jobs.generate")
 
@@ -244,6 +245,4 @@ def main(raw: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from jobs.core.remote import run_main
-
     run_main(main)  # run_dir=s3://... (any pyarrow filesystem URI): a local copy, uploaded

@@ -24,7 +24,7 @@ import logging
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import hydra
 import pandas as pd
@@ -34,6 +34,8 @@ from omegaconf import DictConfig
 from jobs.core.callfields import generation_fields, redact
 from jobs.config import JudgeConfig, run_entrypoint
 from jobs.core.preflight import Counted, FailureSummary, summarize
+from jobs.core.remote import run_main
+from jobs.inputs import read_contexts
 from jobs.core.rundir import check_writable, record_inputs
 from jobs.core.rubric import Rubric, load_rubric, parse_answer, repair_prompt
 from jobs.core.schemas import (
@@ -202,8 +204,6 @@ def plan_judgments(responses: pd.DataFrame, contexts: pd.DataFrame, judges: list
 
 def _plan_without_responses(cfg: JudgeConfig, judges: list) -> int:
     """Dry run before generate has run (the pipeline's plan): contexts x responders of the config."""
-    from jobs.inputs import read_contexts
-
     dataset, models = getattr(cfg, "dataset", None), getattr(cfg, "models", [])
     if dataset is None:
         print("judge (planned): the run has no responses yet; nothing to plan", flush=True)
@@ -218,18 +218,27 @@ def _plan_without_responses(cfg: JudgeConfig, judges: list) -> int:
     return 0
 
 
-def run(cfg: JudgeConfig) -> int:
-    if not cfg.judges:
+def open_judging(judges: list[str] | None, rubrics: dict[str, str | None], subject: str,
+                 fills: Sequence[str], roles: bool = False) -> tuple[dict[str, Rubric], list]:
+    """How every judging job opens, before it plans: judges named, each rubric named, loaded
+    (fail early on a bad file) and fitting the job (`Rubric.check_fits`: its subject, the
+    placeholders the job fills, and with `roles` the evaluator role its key names), the judges'
+    model files loaded. `rubrics` maps where the rubric is set (a config key, or a role) to its
+    name. Returns the rubrics by that key and the judges' model configs."""
+    if not judges:
         raise ConfigError("no judges: set judges=[model,...] (model files in conf/model/)")
-    if not cfg.rubric:
-        raise ConfigError("no rubric: set rubric=NAME (a file in conf/rubric/, e.g. rubric=mentalbench)")
-    rubric = load_rubric(cfg.rubric)  # fail early on a bad rubric file
-    extra = [p for p in rubric.placeholders if p not in RESPONSE_PLACEHOLDERS]
-    if extra:
-        raise ConfigError(f"rubric {rubric.name!r} asks for {extra}, which a response judge cannot fill "
-                          f"(it fills {list(RESPONSE_PLACEHOLDERS)}); it judges subjects of type "
-                          f"{rubric.subject!r}: use that method's evaluation job")
-    judges = [load_model(name) for name in cfg.judges]
+    loaded = {}
+    for key, name in rubrics.items():
+        if not name:
+            raise ConfigError(f"no rubric: set {key}=NAME (a file in conf/rubric/)")
+        loaded[key] = load_rubric(name)
+        loaded[key].check_fits(subject, fills, role=key if roles else None, where=key)
+    return loaded, [load_model(name) for name in judges]
+
+
+def run(cfg: JudgeConfig) -> int:
+    rubrics, judges = open_judging(cfg.judges, {"rubric": cfg.rubric}, SUBJECT_RESPONSE, RESPONSE_PLACEHOLDERS)
+    rubric = rubrics["rubric"]
     run_dir = Path(cfg.run_dir)
     responses = TableStore(run_dir, RESPONSES).read()
     if responses.empty and cfg.dry_run:
@@ -306,6 +315,4 @@ def main(raw: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from jobs.core.remote import run_main
-
     run_main(main)  # run_dir=s3://... (any pyarrow filesystem URI): a local copy, uploaded

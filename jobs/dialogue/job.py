@@ -22,6 +22,7 @@ from jobs.core.schemas import DIALOGUES, TURNS
 from jobs.core.store import TableStore
 from jobs.core.modelconfig import ModelConfig
 from serving.governance import check_governance
+from jobs.runner import plan_text, run_model_stage
 
 PLAN_COLUMNS = ["dialogue_id", "context_id", "model", "partner_model", "variant", "sensitivity", "spec", "done"]
 # The TURNS columns a resumed dialogue needs (its history and its call fields for the sums).
@@ -91,8 +92,6 @@ def run_dialogues(specs: list[DialogueSpec], sensitivities: list[str], models: d
 
     Returns counts: planned, ended_before, resumed, started, ok, failed.
     """
-    from jobs.runner import plan_text, run_model_stage
-
     ids = [s.dialogue_id for s in specs]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})[:5]

@@ -48,6 +48,9 @@ from jobs.core.store import TableStore
 from jobs.core.modelconfig import ModelConfig
 from jobs.core.configfiles import CONF_DIR, load_model
 from serving.governance import check_all
+from jobs.inputs import SENSITIVITY_METADATA_KEY
+from jobs.runner import run_model_stage
+from jobs.core.remote import run_main
 
 # --- configuration -----------------------------------------------------------------------------
 
@@ -139,8 +142,6 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _write_single(store: TableStore, rows: pd.DataFrame, path: Path, sensitivity: str) -> None:
-    from jobs.inputs import SENSITIVITY_METADATA_KEY
-
     tmp = path.with_name(f".tmp-{path.name}")
     table = store.to_arrow(rows)
     # The file carries its sensitivity, so a reader that configures it as public is refused.
@@ -179,8 +180,6 @@ def read_filter_split(cfg: CurateConfig, sources: list[SourceConfig], out_dir: P
 def label_rows(todo: pd.DataFrame, cfg: CurateConfig, model: ModelConfig, sensitivity: str,
                store: TableStore, run_id: str) -> dict[str, int]:
     """Step 4: send `todo` through the labeler on Ray Data (connects and hosts it first)."""
-    from jobs.runner import run_model_stage
-
     return run_model_stage(
         todo, [model], LabelStage,
         dict(labeler=model.name, taxonomy=cfg.taxonomy.model_dump(),
@@ -288,6 +287,4 @@ def main(raw: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from jobs.core.remote import run_main
-
     run_main(main)  # run_dir=s3://... (any pyarrow filesystem URI): a local copy, uploaded

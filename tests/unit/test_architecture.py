@@ -142,7 +142,8 @@ def function_imports(path: Path) -> list[tuple[int, str]]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     out = []
     for fn in ast.walk(tree):
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        # A package's PEP 562 `__getattr__` imports a heavy submodule (matplotlib) on first use.
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name != "__getattr__":
             for n in ast.walk(fn):
                 if isinstance(n, ast.Import):
                     out += [(n.lineno, a.name) for a in n.names]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import Field, field_validator, model_validator
 
@@ -186,6 +186,22 @@ class Rubric(StrictModel):
     @property
     def required_items(self) -> tuple[str, ...]:
         return tuple(i.name for i in self.items if i.required)
+
+    def check_fits(self, subject: str, fills: Sequence[str], *, role: str | None = None, where: str = "") -> None:
+        """The one check that a rubric fits the job about to use it: it judges `subject`
+        subjects, asks only for placeholders the job `fills`, and (when the job has roles) is
+        filled in by `role`. A `ConfigError` naming the rubric and what to change otherwise."""
+        at = f"{where}: " if where else ""
+        if self.subject != subject:
+            raise ConfigError(f"{at}rubric {self.name!r} judges subjects of type {self.subject!r}; this job "
+                              f"judges {subject!r} subjects: choose a rubric whose `subject` is {subject!r}")
+        if role is not None and self.evaluator_role != role:
+            raise ConfigError(f"{at}rubric {self.name!r} is filled in by {self.evaluator_role!r}, not {role!r} "
+                              f"(set `evaluator_role: {role}` in it, or name another rubric)")
+        extra = [p for p in self.placeholders if p not in fills]
+        if extra:
+            raise ConfigError(f"{at}rubric {self.name!r} asks for {extra}, which this job cannot fill "
+                              f"(it fills {list(fills)})")
 
     def item(self, name: str) -> Item:
         for i in self.items:
