@@ -117,7 +117,11 @@ def test_empty_model_list_is_rejected(tmp_path):
         compose_and_validate("models=[]", tmp_path=tmp_path)
 
 
-@pytest.mark.parametrize("name", EXPERIMENTS or [pytest.param(None, marks=pytest.mark.skip(reason="no conf/experiment/*.yaml"))])
+def test_the_experiments_are_there():
+    assert {"mentalbench", "mentalbench_demo", "sqpsych", "sqpsych_demo", "arena", "arena_demo"} <= set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_experiment_composes_and_validates(name, tmp_path):
     """Each job of the chain takes its own keys from an experiment file; nothing is left over."""
     data = compose(f"experiment={name}", run_dir=tmp_path / "run")

@@ -5,7 +5,6 @@ and a resume that sends no completed turn again."""
 
 from __future__ import annotations
 
-import time
 
 import pandas as pd
 import pytest
@@ -90,15 +89,14 @@ def test_phases_and_the_countdown_reach_the_right_prompts(tmp_path):
 
 
 def test_every_dialogue_is_in_flight_at_once(tmp_path):
-    """32 dialogues of 4 turns at 0.2 s a call: together about 4 x 0.2 s, one by one 25.6 s."""
+    """32 dialogues of 4 turns: the server sees all 32 open at once (its own count, not a clock:
+    the speed itself is measured by benchmarks/dialogue_concurrency.py)."""
     with FakeServer(latency=0.2) as fake:
         ms = [model("a", fake.base_url), model("b", fake.base_url)]
-        started = time.perf_counter()
         out = run(stage(ms, tmp_path), batch([spec(i, max_turns=4) for i in range(32)]))
-        elapsed = time.perf_counter() - started
         stats = fake.stats()
     assert (out["n_turns"] == 4).all() and stats["requests"] == 128
-    assert stats["max_in_flight"] == 32 and elapsed < 6
+    assert stats["max_in_flight"] == 32
 
 
 def test_a_failure_mid_way_keeps_the_completed_turns_and_says_where(tmp_path):
