@@ -22,6 +22,7 @@ No Ray, no GPU: the arithmetic is stated here so a reviewer can redo it by hand.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -29,7 +30,7 @@ from typing import Any, Iterable, Mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 from serving.config import ModelConfig
-from serving.configfiles import CONF_DIR, ConfigError, read_yaml, validated
+from serving.configfiles import CONF_DIR, ConfigError, known_names, load_model, read_yaml, validated
 from serving.kvcache import KVDemand, KVShape, kv_demand, load_shapes
 
 GIB = 2**30
@@ -327,7 +328,22 @@ def plan_lines(models: list[ModelConfig], row_models: Iterable[str], row_texts: 
         calls[name] = calls.get(name, 0) + 1
         tin[name] = tin.get(name, 0) + estimate_tokens([text])
     tout = {m.name: calls.get(m.name, 0) * m.params(overrides).max_tokens for m in models}
-    return capacity_lines(models, calls, tin, tout, table)
+    return capacity_lines(models, calls, tin, tout, table) + kv_lines(models)
+
+
+def kv_lines(models: Iterable[ModelConfig]) -> list[str]:
+    """A `!` line for each served GPU model whose KV cache cannot hold what its file asks for, or
+    that does not fit at all (a dry run reports it; `check_fit` is what refuses a manifest)."""
+    out = []
+    for m in models:
+        try:
+            fit = check_fit(m)
+        except FitError as exc:
+            out.append(f"  ! {exc}")
+            continue
+        if fit is not None and fit.kv_note and fit.holds_max_num_seqs is False:
+            out.append(f"  ! {m.name} {fit.kv_note}")
+    return out
 
 
 def fit_lines(models: Iterable[ModelConfig]) -> list[str]:
@@ -349,6 +365,21 @@ def fit_lines(models: Iterable[ModelConfig]) -> list[str]:
     return out
 
 
+def main(argv: list[str] | None = None) -> int:
+    """`python -m serving.capacity [MODEL ...]`: the fit lines of the named model files (default:
+    every vLLM model file in conf/model/); exit 2 naming the first that does not fit."""
+    names = list(sys.argv[1:] if argv is None else argv) or known_names("model", [CONF_DIR])
+    try:
+        print("\n".join(fit_lines(load_model(n) for n in names)))
+    except (FitError, ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 __all__ = ["ACCELERATORS", "Accelerator", "CapacityRow", "ConfigError", "Fit", "FitError",
            "Throughput", "ThroughputTable", "capacity_lines", "capacity_plan", "check_fit",
-           "estimate_tokens", "fit_lines", "load_throughput", "plan_lines"]
+           "estimate_tokens", "fit_lines", "kv_lines", "load_throughput", "plan_lines"]
+
+if __name__ == "__main__":
+    sys.exit(main())

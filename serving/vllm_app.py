@@ -45,8 +45,9 @@ _PARALLELISM_KEYS = ("tensor_parallel_size", "pipeline_parallel_size")
 _TARGET_SHARE_OF_MAX_ONGOING = 0.75
 
 _GPU_EXTRA_HINT = (
-    "vLLM is not installed here: install the project's `gpu` extra (`pip install -e .[gpu]`) "
-    "on a GPU node to host vLLM models"
+    "vLLM is not installed here: host vLLM models on a GPU node that runs Ray's LLM image "
+    "(serving/versions.py), or install the project's `gpu` extra (`pip install -e .[gpu]`), which "
+    "pins the vLLM that Ray pins"
 )
 
 

@@ -230,3 +230,26 @@ def test_fit_lines_say_when_max_num_seqs_does_not_fit():
     assert lines[0].split()[0] == "llama-3-1-8b-instruct" and lines[0].endswith("27 seqs at 16384 tokens")
     assert lines[1].startswith("    ! llama-3-1-8b-instruct cannot hold its own max_num_seqs=128")
     assert lines[2].split()[0] == "command-a-03-2025" and len(lines) == 3
+
+
+def test_a_dry_runs_plan_says_which_models_cannot_hold_max_num_seqs():
+    from serving.capacity import kv_lines
+
+    too_big = _with("mistral-large-instruct-2407", tensor_parallel_size=2)
+    lines = kv_lines([load_model("gpt-4o"), load_model("llama-3-1-8b-instruct"), load_model("command-a-03-2025"),
+                      too_big])
+    assert len(lines) == 2
+    assert lines[0].startswith("  ! llama-3-1-8b-instruct cannot hold its own max_num_seqs=128")
+    assert lines[1].startswith("  ! conf/model/mistral-large-instruct-2407.yaml: 122.6B parameters")
+    plan = plan_lines([load_model("llama-3-1-8b-instruct")], ["llama-3-1-8b-instruct"], ["a" * 40], None, TABLE)
+    assert plan[-1] == lines[0]
+
+
+def test_capacity_command_prints_fit_lines_and_refuses_unknown_names(capsys):
+    from serving.capacity import main
+
+    assert main(["qwq-32b", "gpt-4o"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[0] == "qwq-32b" and out[1].startswith("    ! qwq-32b cannot hold") and len(out) == 2
+    assert main(["no-such-model"]) == 2
+    assert "no-such-model" in capsys.readouterr().err
