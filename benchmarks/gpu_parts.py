@@ -201,13 +201,13 @@ def part_c(plan: Plan, endpoint) -> dict[str, Any]:
     return {"levels": [asyncio.run(level(c)) for c in plan.concurrency]}
 
 
-def _dialogues(plan: Plan, endpoint, n: int, tmp: str, tag: str) -> dict[str, Any]:
+def _dialogues(plan: Plan, endpoint, profiles: pd.DataFrame, tmp: str, tag: str) -> dict[str, Any]:
     from jobs.dialogue import DialogueStage
     from jobs.dialogue.job import plan_rows
     from jobs.stage import endpoints_to_spec
 
-    name = endpoint.model.name
-    specs, sens = dialogue_specs(sqpsych_profiles(n), name, plan, f"{tmp}/plan-{tag}")
+    name, n = endpoint.model.name, len(profiles)
+    specs, sens = dialogue_specs(profiles, name, plan, f"{tmp}/plan-{tag}")
     batch = plan_rows(specs, sens, set(), {})
     stage = DialogueStage(endpoints_to_spec({name: endpoint}), 1.0, "restricted", run_dir=f"{tmp}/{tag}",
                           run_id="gpu-bench", flush_every_s=5.0)
@@ -226,7 +226,11 @@ def _deploy(model: ModelConfig, plan: Plan):
 
     from serving.deploy import VLLM_APP, ensure
 
-    if VLLM_APP in serve.status().applications:
+    try:
+        running = VLLM_APP in serve.status().applications
+    except Exception:  # noqa: BLE001 - no Serve instance yet: nothing to replace
+        running = False
+    if running:
         serve.delete(VLLM_APP)  # one engine at a time on one GPU
     started = time.perf_counter()
     endpoint = ensure([model], ServingConfig(port=plan.port, startup_timeout_s=1800))[model.name]
@@ -255,11 +259,15 @@ def run_served_parts(plan: Plan) -> dict[str, Any]:
             if "c" in wanted:
                 results["c"] = part_c(plan, endpoint)
             if "d" in wanted:
-                legs = [_dialogues(plan, endpoint, plan.dialogues, tmp, "on-all")]
+                # The on/off comparison uses clients the first leg has not seen, so the "on" engine's
+                # cache holds only what any SQPsych run shares (the prompts), not these profiles.
+                profiles = sqpsych_profiles(plan.dialogues + plan.compare_dialogues)
+                first, other = profiles.iloc[:plan.dialogues], profiles.iloc[plan.dialogues:]
+                legs = [_dialogues(plan, endpoint, first, tmp, "on-all")]
                 if plan.compare_dialogues:
-                    legs.append(_dialogues(plan, endpoint, plan.compare_dialogues, tmp, "on"))
+                    legs.append(_dialogues(plan, endpoint, other, tmp, "on"))
                     off, _ = _deploy(model_config(source, plan, prefix_caching=False), plan)
-                    legs.append(_dialogues(plan, off, plan.compare_dialogues, tmp, "off"))
+                    legs.append(_dialogues(plan, off, other, tmp, "off"))
                 results["d"] = {"legs": legs}
     finally:
         serve.shutdown()

@@ -22,8 +22,8 @@ c. Time to first token and inter-token latency at 1, 64 and 256 concurrent strea
    to the same Serve route, with the model file's settings (p50 / p90).
 d. 256 SQPsych dialogues (the synthetic cohort's profiles, the paper's therapist and client
    prompts) x 20 turns through the shared dialogue engine (`DialogueStage`), prefix caching on:
-   tokens/s and seconds per dialogue; then prefix caching on and off on the first 32 of them, the
-   same dialogues, side by side (each turn re-reads its whole prompt when caching is off: off at
+   tokens/s and seconds per dialogue; then prefix caching on and off on 32 more clients, the
+   same 32 both times, side by side (each turn re-reads its whole prompt when caching is off: off at
    256 would take about 8 minutes of an H100 on its own). 96 tokens a turn.
 
 (a) runs in a child process so its GPU memory is free before Serve starts the engine for (b)-(d).
