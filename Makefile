@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup clean-venv bench
+.PHONY: demo test setup clean-venv bench bench-gpu
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
@@ -40,6 +40,20 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.throughput
 	$(PY) -m benchmarks.serve_vs_engine
 	$(PY) -m benchmarks.arena_sessions
+
+# One GPU, one command (README, "On GPUs"): a separate .venv-gpu with the vLLM that Ray pins
+# (ray[llm] at serving/versions.py's RAY_VERSION) and the project installed over it without
+# replacing it (cluster/launcher/install_on_image.sh), then benchmarks/gpu_serve.py, which writes
+# docs/benchmarks/gpu_serve-<GPU>-<time>.json. ARGS='--quick' for a smoke run.
+VENV_GPU := .venv-gpu
+RAY_VERSION := $(shell sed -n 's/^RAY_VERSION = "\(.*\)"/\1/p' serving/versions.py)
+bench-gpu:
+	@command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { echo "error: make bench-gpu needs an NVIDIA GPU (nvidia-smi finds none)"; exit 2; }
+	@test -x $(VENV_GPU)/bin/python || $(PYTHON) -m venv $(VENV_GPU)
+	$(VENV_GPU)/bin/python -m pip install -q --upgrade pip
+	$(VENV_GPU)/bin/python -m pip install -q "ray[llm,serve,data]==$(RAY_VERSION)"
+	PYTHON=$(VENV_GPU)/bin/python bash cluster/launcher/install_on_image.sh
+	$(VENV_GPU)/bin/python -m benchmarks.gpu_serve $(ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

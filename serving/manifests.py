@@ -33,31 +33,21 @@ from typing import Any
 
 import yaml
 
-from serving.capacity import ACCELERATORS, check_fit
+from serving.capacity import check_fit
 from jobs.core.modelconfig import ModelConfig
 from jobs.core.configfiles import CONF_DIR, ConfigError, known_names, load_model
 from serving.deploy import VLLM_APP
-from serving.vllm_app import llm_config_kwargs
+from serving.kuberay import (  # noqa: F401  (re-exported: the manifests' public names)
+    AUTH_SECRET, IMAGE, OPERATOR_NAMESPACE, RUNS_MOUNT, cluster_spec, gpu_nodes, networkpolicy,
+    pack_nodes,
+)
+from serving.versions import IMAGE_PIP, RAY_VERSION, VLLM_VERSION  # noqa: F401
+from serving.vllm_app import (
+    engine_arg_names, engine_args_file, llm_config_kwargs, unknown_engine_args,
+)
 
-RAY_VERSION = "2.60.0"
-# Ray's LLM image: Ray with ray.serve.llm, vLLM and CUDA 12.8, Python 3.11.
-IMAGE = f"rayproject/ray-llm:{RAY_VERSION}-py311-cu128"
 SERVE_LLM_BUILDER = "ray.serve.llm:build_openai_app"
-AUTH_SECRET = "ray-auth-token"  # holds key `auth_token` (KubeRay's RAY_AUTH_TOKEN_SECRET_KEY)
-HF_SECRET = "hf-token"
-API_KEYS_SECRET = "llm-api-keys"
-HF_CLAIM, RUNS_CLAIM = "hf-model-cache", "eval-runs"
-HF_MOUNT, RUNS_MOUNT = "/mnt/hf-cache", "/mnt/runs"
-OPERATOR_NAMESPACE = "kuberay-system"
 RENDERED_BY = "# Rendered by: python -m serving.manifests "
-
-# Kubernetes side of each accelerator type (serving.capacity.ACCELERATORS has its memory and
-# GPUs per node). The node label is NVIDIA GPU Feature Discovery's; on GKE select
-# cloud.google.com/gke-accelerator: nvidia-a100-80gb, on EKS node.kubernetes.io/instance-type.
-GPU_NODES: dict[str, dict[str, Any]] = {
-    "A100-80G": {"group": "gpu-a100-80g", "cpu": "88", "memory": "1000Gi", "shm": "256Gi",
-                 "node_selector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}},
-}
 
 # Keys whose values name model files: models, judges, therapist_model, simulator, ...
 _MODEL_KEY = re.compile(r"(^|_)(models?|judges?|simulators?|counselors?)$")
@@ -107,42 +97,20 @@ def named_models(cfg: dict[str, Any]) -> list[str]:
 
 
 def served_gpu_models(cfg: dict[str, Any]) -> list[ModelConfig]:
-    """The experiment's vLLM models, each checked to fit its GPUs (FitError otherwise)."""
+    """The experiment's vLLM models, each checked to fit its GPUs (FitError otherwise) and its
+    engine arguments checked against the pinned vLLM's `EngineArgs` (ConfigError otherwise)."""
     models = [load_model(n, [CONF_DIR]) for n in named_models(cfg)]
     vllm = [m for m in models if m.provider == "serve" and m.engine == "vllm"]
+    known = engine_arg_names()
     for m in vllm:
+        unknown = unknown_engine_args(m, known)
+        if unknown:
+            raise ConfigError(f"conf/model/{m.name}.yaml: engine_kwargs {', '.join(unknown)} "
+                              f"{'is not a field' if len(unknown) == 1 else 'are not fields'} of "
+                              f"vLLM {VLLM_VERSION}'s EngineArgs ({engine_args_file().name}); "
+                              "check the name against that release")
         check_fit(m)
     return vllm
-
-
-def pack_nodes(bundles: list[int], gpus_per_node: int) -> int:
-    """Nodes needed for replicas of `bundles` GPUs each, a replica never split across nodes
-    (first-fit decreasing: within 11/9 of the optimum, exact for the power-of-two sizes here)."""
-    free: list[int] = []
-    for size in sorted(bundles, reverse=True):
-        for i, room in enumerate(free):
-            if room >= size:
-                free[i] -= size
-                break
-        else:
-            free.append(gpus_per_node - size)
-    return len(free)
-
-
-def gpu_nodes(models: list[ModelConfig]) -> dict[str, tuple[int, int]]:
-    """Per accelerator type: nodes for every model's min replicas, and for its max replicas."""
-    by_type: dict[str, tuple[list[int], list[int]]] = {}
-    for m in models:
-        r = m.resources
-        lo, hi = by_type.setdefault(str(r.accelerator_type), ([], []))
-        # A pipeline-parallel replica is `pp` stages of `tp` GPUs, each stage on its own node.
-        lo.extend([r.tensor_parallel_size] * (r.min_replicas * r.pipeline_parallel_size))
-        hi.extend([r.tensor_parallel_size] * (r.max_replicas * r.pipeline_parallel_size))
-    out = {}
-    for acc, (lo, hi) in sorted(by_type.items()):
-        per_node = ACCELERATORS[acc].gpus_per_node
-        out[acc] = (pack_nodes(lo, per_node), pack_nodes(hi, per_node))
-    return out
 
 
 def dns_name(text: str) -> str:
@@ -151,90 +119,6 @@ def dns_name(text: str) -> str:
     if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name):
         raise ConfigError(f"{text!r} cannot be made a Kubernetes name (start it with a letter)")
     return name
-
-
-# --------------------------------------------------------------------------- pods and clusters
-
-
-def _container(name: str, cpu: str, memory: str, *, gpus: int = 0, runs: bool,
-               api_keys: bool, ports: bool = False) -> dict[str, Any]:
-    limits: dict[str, Any] = {"cpu": cpu, "memory": memory}
-    if gpus:
-        limits["nvidia.com/gpu"] = gpus  # extended resources: request == limit
-    c: dict[str, Any] = {"name": name, "image": IMAGE, "imagePullPolicy": "IfNotPresent"}
-    if ports:
-        c["ports"] = [{"containerPort": p, "name": n, "protocol": "TCP"} for n, p in (
-            ("gcs-server", 6379), ("dashboard", 8265), ("client", 10001), ("serve", 8000),
-            ("metrics", 8080))]
-    c["env"] = [{"name": "HF_HOME", "value": HF_MOUNT},
-                {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": "HF_TOKEN"}}}]
-    if api_keys:  # the variables model files name in `api_key_env`; optional Secret
-        c["envFrom"] = [{"secretRef": {"name": API_KEYS_SECRET, "optional": True}}]
-    c["resources"] = {"requests": dict(limits), "limits": limits}
-    c["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"},
-                         {"name": "hf-cache", "mountPath": HF_MOUNT}]
-    if runs:
-        c["volumeMounts"].append({"name": "runs", "mountPath": RUNS_MOUNT})
-    return c
-
-
-def _pod(label: str, container: dict[str, Any], shm: str, runs: bool,
-         gpu: dict[str, Any] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {}
-    if gpu:
-        spec["nodeSelector"] = dict(gpu["node_selector"])
-        spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    spec["containers"] = [container]
-    # NCCL and the object store need a large /dev/shm; the container default is 64 MB.
-    spec["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
-                       {"name": "hf-cache", "persistentVolumeClaim": {"claimName": HF_CLAIM}}]
-    if runs:
-        spec["volumes"].append({"name": "runs", "persistentVolumeClaim": {"claimName": RUNS_CLAIM}})
-    return {"metadata": {"labels": {"app.kubernetes.io/name": label}}, "spec": spec}
-
-
-def cluster_spec(label: str, models: list[ModelConfig], *, runs: bool, api_keys: bool,
-                 cpu_workers: tuple[int, int, int], gpu_from_zero: bool) -> dict[str, Any]:
-    """A RayCluster spec: a head that runs no work, a CPU group (replicas, min, max), and one GPU
-    group per accelerator type, sized for the models' replicas on whole nodes."""
-    head = _container("ray-head", "8", "32Gi", runs=runs, api_keys=api_keys, ports=True)
-    workers = [{
-        "groupName": "cpu", "replicas": cpu_workers[0], "minReplicas": cpu_workers[1],
-        "maxReplicas": cpu_workers[2], "rayStartParams": {},
-        "template": _pod(label, _container("ray-worker", "16", "64Gi", runs=runs, api_keys=api_keys),
-                         "24Gi", runs)}]
-    for acc, (lo, hi) in gpu_nodes(models).items():
-        if acc not in GPU_NODES:
-            raise ConfigError(f"no Kubernetes node type for accelerator {acc!r}; known: {sorted(GPU_NODES)}")
-        node, per_node = GPU_NODES[acc], ACCELERATORS[acc].gpus_per_node
-        low = 0 if gpu_from_zero else lo
-        workers.append({
-            "groupName": node["group"], "replicas": low, "minReplicas": low, "maxReplicas": hi,
-            # Ray labels an A100 node `accelerator_type:A100` only; the model files ask for the
-            # exact type, so it is declared here (the quoting the Ray autoscaler parses).
-            "rayStartParams": {"resources": '"{\\"accelerator_type:%s\\": 1}"' % acc},
-            "template": _pod(label, _container("ray-worker", node["cpu"], node["memory"], gpus=per_node,
-                                               runs=runs, api_keys=api_keys), node["shm"], runs, node)})
-    return {
-        "rayVersion": RAY_VERSION,
-        # Ray token auth on every node, the token from our Secret (KubeRay injects RAY_AUTH_MODE
-        # and RAY_AUTH_TOKEN into every Ray container and uses it for its own dashboard calls).
-        "authOptions": {"mode": "token", "secretName": AUTH_SECRET},
-        "enableInTreeAutoscaling": True,
-        "autoscalerOptions": {
-            "upscalingMode": "Default",
-            # Reloading a 70B model takes minutes: a shorter idle timeout would thrash.
-            "idleTimeoutSeconds": 600, "imagePullPolicy": "IfNotPresent",
-            "resources": {"requests": {"cpu": "500m", "memory": "512Mi"},
-                          "limits": {"cpu": "1", "memory": "1Gi"}}},
-        "headGroupSpec": {
-            # The head Service stays inside the cluster (dashboard, job API, client, GCS).
-            "serviceType": "ClusterIP",
-            # Nothing is scheduled on the head: a busy head starves the GCS and the dashboard.
-            "rayStartParams": {"num-cpus": "0", "num-gpus": "0", "dashboard-host": "0.0.0.0"},
-            "template": _pod(label, head, "8Gi", runs)},
-        "workerGroupSpecs": workers,
-    }
 
 
 # --------------------------------------------------------------------------- the manifests
@@ -274,9 +158,8 @@ def rayjob(cfg: dict[str, Any], overrides: list[str], run_id: str) -> dict[str, 
         # gs://), unpacked on every node. Replace the placeholders with your repository.
         "working_dir": "https://github.com/<org>/<repo>/archive/<commit>.zip",
         # What the image lacks, in a virtualenv over the image's Ray and vLLM.
-        "pip": ["hydra-core==1.3.8", "openai>=3.50,<4", "pydantic>=2.7,<3", "tqdm>=4.66",
-                "matplotlib>=3.8", "rouge-score==0.1.2", "krippendorff>=0.6", "textstat==0.7.4",
-                "scikit-learn>=1.4", "scipy>=1.13"],
+        # (serving/versions.py: IMAGE_PIP, never Ray, vLLM or torch).
+        "pip": list(IMAGE_PIP),
         # Never a key here: runtime_env is logged and shown on the dashboard. Keys come from the
         # llm-api-keys Secret (envFrom), HF_TOKEN from hf-token, the Ray token from authOptions.
         "env_vars": {"PYTHONUNBUFFERED": "1"},
@@ -302,24 +185,6 @@ def raycluster(cfg: dict[str, Any]) -> dict[str, Any]:
             "metadata": _meta("evalcluster", "ray-cluster", None),
             "spec": cluster_spec("evalcluster", models, runs=True, api_keys=True,
                                  cpu_workers=(1, 1, 8), gpu_from_zero=True)}
-
-
-def networkpolicy() -> dict[str, Any]:
-    """Ray pods admit traffic from pods of their own namespace only (the Ray nodes among
-    themselves, the RayJob submitter, jobs calling Serve), plus the KubeRay operator on the
-    dashboard/job port and Serve's port. Egress stays open (external judge APIs, weights)."""
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": "ray-namespace-only",
-                         "labels": {"app.kubernetes.io/name": "evalcluster",
-                                    "app.kubernetes.io/component": "network-policy"}},
-            "spec": {"podSelector": {"matchLabels": {"ray.io/is-ray-node": "yes"}},
-                     "policyTypes": ["Ingress"],
-                     "ingress": [
-                         {"from": [{"podSelector": {}}]},
-                         {"from": [{"namespaceSelector": {"matchLabels": {
-                             "kubernetes.io/metadata.name": OPERATOR_NAMESPACE}}}],
-                          "ports": [{"port": 8265, "protocol": "TCP"},
-                                    {"port": 8000, "protocol": "TCP"}]}]}}
 
 
 # --------------------------------------------------------------------------- output

@@ -15,9 +15,12 @@ subclasses), which imports without vLLM, by passing `allow_internal=True`.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.core.modelconfig import ModelConfig
+from jobs.core.configfiles import CONF_DIR
+from serving.versions import VLLM_VERSION
 
 if TYPE_CHECKING:  # heavy imports stay out of module import time
     from ray.serve.deployment import Application
@@ -42,9 +45,33 @@ _PARALLELISM_KEYS = ("tensor_parallel_size", "pipeline_parallel_size")
 _TARGET_SHARE_OF_MAX_ONGOING = 0.75
 
 _GPU_EXTRA_HINT = (
-    "vLLM is not installed here: install the project's `gpu` extra (`pip install -e .[gpu]`) "
-    "on a GPU node to host vLLM models"
+    "vLLM is not installed here: host vLLM models on a GPU node that runs Ray's LLM image "
+    "(serving/versions.py), or install the project's `gpu` extra (`pip install -e .[gpu]`), which "
+    "pins the vLLM that Ray pins"
 )
+
+
+def engine_args_file(version: str = VLLM_VERSION) -> Path:
+    """The committed list of a vLLM release's `EngineArgs` fields (scripts/vllm_engine_args.py)."""
+    return CONF_DIR / "engine_args" / f"vllm-{version}.txt"
+
+
+def engine_arg_names(path: Path | None = None) -> frozenset[str]:
+    """The field names in an engine-args list (default: the pinned vLLM's); `#` lines skipped."""
+    lines = (path or engine_args_file()).read_text(encoding="utf-8").splitlines()
+    return frozenset(ln.strip() for ln in lines if ln.strip() and not ln.startswith("#"))
+
+
+def unknown_engine_args(model: ModelConfig, names: frozenset[str] | set[str]) -> list[str]:
+    """The `engine_kwargs` keys of a vLLM model file that are not vLLM engine arguments.
+
+    Keys that `llm_config_kwargs` moves to the `LLMConfig` (`accelerator_config`) are not
+    engine arguments and are not counted. An empty list for a model that is not `engine: vllm`.
+    """
+    if model.engine != "vllm":
+        return []
+    return sorted(k for k in model.engine_kwargs
+                  if k not in names and k not in _LLM_CONFIG_KEYS_IN_ENGINE_KWARGS)
 
 
 def llm_config_kwargs(model: ModelConfig) -> dict[str, Any]:

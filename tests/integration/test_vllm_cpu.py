@@ -10,8 +10,12 @@ and it needs its own virtual environment with a CPU build of vLLM. To run it:
 (The fixture makes the HF copy itself when it is missing.) What it proves: a model file with
 `engine: vllm` goes through the project's own `serving.vllm_app` (`llm_config_kwargs`,
 `build_llm_config`, `build_vllm_app`) and `serving.deploy.ensure` to a running Ray Serve LLM
-OpenAI app, and the project's `ChatClient` gets answers, token usage and schema-valid JSON from
-it. See docs/vllm_cpu.md for the measured cold start and speed.
+OpenAI app (`build_openai_app`), and what the GPU path will meet works through it: the project's
+`ChatClient` gets answers, token usage and schema-valid JSON; the generate job's stage (Ray Data,
+`ChatClient`, Parquet) writes its rows; one SQPsych dialogue runs through the dialogue engine;
+and the same generations through Serve are timed against `vllm.LLM.generate` alone (the ratio is
+printed, not asserted: it is what benchmarks/gpu_serve.py measures on a GPU). See
+docs/vllm_cpu.md for the measured cold start and speed.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ HOW_TO_RUN = (
 #   where `{kind: cpu}` tells Ray Serve LLM there is no GPU to ask for.
 ENGINE_KWARGS = {
     "dtype": "bfloat16",
-    "max_model_len": 2048,
+    # An SQPsych turn's prompt (profile + therapist prompt + history) is ~3,000 Gemma tokens.
+    "max_model_len": 8192,
     "enforce_eager": True,
     "kv_cache_memory_bytes": 1 << 30,
     "accelerator_config": {"kind": "cpu"},
@@ -219,3 +224,125 @@ def test_json_schema_answer_parses(hosted):
     assert isinstance(data["Explanation"], str)
     assert result.completion_tokens and result.completion_tokens > 0
     print(f"\n[vllm-cpu] json_schema answer: {result.content!r}")
+
+
+# --------------------------------------------------------------------------- what the GPU path meets
+
+RATIO_PROMPTS, RATIO_TOKENS = 8, 32
+VLLM_ALONE = """
+import json, sys, time
+from vllm import LLM, SamplingParams
+source, kwargs, prompts, tokens = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4])
+llm = LLM(model=source, **kwargs)
+tok = llm.get_tokenizer()
+texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+         for p in prompts]
+llm.generate(texts[:1], SamplingParams(max_tokens=2, ignore_eos=True), use_tqdm=False)
+started = time.perf_counter()
+out = llm.generate(texts, SamplingParams(temperature=0.7, max_tokens=tokens, ignore_eos=True), use_tqdm=False)
+elapsed = time.perf_counter() - started
+n = sum(len(o.outputs[0].token_ids) for o in out)
+print("RESULT " + json.dumps({"tokens": n, "seconds": elapsed}))
+"""
+
+
+def _ratio_prompts() -> list[str]:
+    import pandas as pd
+
+    df = pd.read_csv(ROOT / "data" / "demo" / "counselchat_demo.csv")
+    return [f"Case {i + 1}. {q}" for i, q in enumerate(df["question"][:RATIO_PROMPTS])]
+
+
+def _generate_stage(endpoint, contexts: list[str], run_dir: Path, overrides: dict):
+    """The generate job's stage, as `python -m jobs.generate` runs it: Ray Data + GenerateStage +
+    ChatClient, rows written as Parquet parts."""
+    import pandas as pd
+
+    from jobs.generate import GenerateStage
+    from jobs.runner import run_stage
+    from jobs.core.schemas import RESPONSES
+    from jobs.stage import endpoints_to_spec
+    from jobs.core.store import TableStore
+
+    rows = pd.DataFrame({"context_id": [str(i) for i in range(len(contexts))], "context": contexts,
+                         "model": MODEL_NAME})
+    store = TableStore(run_dir, RESPONSES, writer=True)
+    started = time.perf_counter()
+    counts = run_stage(
+        rows, GenerateStage,
+        dict(endpoints=endpoints_to_spec({MODEL_NAME: endpoint}), concurrency_share=1.0, sensitivity="public",
+             system=None, user_template="{context}", prompt_version="vllm-cpu", generation_overrides=overrides,
+             dataset="counselchat_demo", run_id="vllm-cpu"),
+        store, workers=1, worker_num_cpus=0.25, rows_in_flight=endpoint.model.concurrency,
+        rows_per_task=4, flush_every_s=1.0, desc="generate (vllm-cpu)")
+    return counts, store.read(), time.perf_counter() - started
+
+
+def test_generate_job_stage_writes_parquet_rows(hosted, tmp_path):
+    _, endpoint, _ = hosted
+    counts, df, _ = _generate_stage(endpoint, _ratio_prompts()[:3], tmp_path / "run",
+                                    {"max_tokens": 16, "temperature": 0.0})
+    assert counts["ok"] == 3 and len(df) == 3, df[["status", "error"]]
+    assert (df["status"] == "ok").all() and (df["completion_tokens"] > 0).all()
+    assert sorted(df["context_id"]) == ["0", "1", "2"] and (df["model"] == MODEL_NAME).all()
+    assert list((tmp_path / "run" / "responses").glob("part-*.parquet")), "Parquet parts on disk"
+
+
+def test_one_sqpsych_dialogue_through_the_dialogue_engine(hosted, tmp_path):
+    """The paper's therapist and client prompts around one synthetic profile, 4 turns."""
+    from cluster.config import ClusterConfig
+    import pandas as pd
+
+    from jobs.dialogue import DialogueStage
+    from jobs.dialogue.job import plan_rows
+    from jobs.sqpsych.cohort import load_cohort, load_cohort_config, profile_rows
+    from jobs.sqpsych.synthesize import SynthesizeConfig, build_specs
+    from jobs.stage import endpoints_to_spec
+    from jobs.core.modelconfig import GenerationOverrides
+    from serving.deploy import ServingConfig
+
+    _, endpoint, _ = hosted
+    ds = load_cohort_config("sqpsych_synthetic")
+    records, _ = load_cohort(ds.model_copy(update={"limit": 1}))
+    profiles = pd.DataFrame(profile_rows(records, [], ds, "vllm-cpu"))
+    turn = GenerationOverrides(max_tokens=24, temperature=0.7)
+    cfg = SynthesizeConfig(experiment="vllm_cpu", run_dir=str(tmp_path), cluster=ClusterConfig(),
+                           serving=ServingConfig(port=PORT), models=[MODEL_NAME], min_turns=4, max_turns=4,
+                           client_min_turns={}, countdown=None, max_regenerations=0, generation=turn,
+                           client_generation=turn)
+    specs, sens = build_specs(profiles, cfg)
+    stage = DialogueStage(endpoints_to_spec({MODEL_NAME: endpoint}), 1.0, "restricted",
+                          run_dir=str(tmp_path / "dialogue"), run_id="vllm-cpu", flush_every_s=1.0)
+    out = asyncio.run(stage(plan_rows(specs, sens, set(), {}))).to_pandas()
+    row = out.iloc[0]
+    assert row["status"] == "ok", row["error"]
+    turns = list(row["turns"])
+    assert len(turns) >= 4 and [t["role"] for t in turns[:4]] == ["therapist", "client", "therapist", "client"]
+    assert all(t["tokens"] and t["tokens"] > 0 for t in turns)
+    print(f"\n[vllm-cpu] SQPsych dialogue: {len(turns)} turns, ended by {row['ended_by']}, "
+          f"{row['prompt_tokens']} prompt / {row['completion_tokens']} completion tokens")
+
+
+def test_serve_path_against_vllm_alone_ratio_reported(hosted, tmp_path):
+    """(b)/(a) of benchmarks/gpu_serve.py on the CPU build: the same prompts and token counts,
+    vLLM alone in a child process, then through Serve and the generate stage. Reported only."""
+    import subprocess
+    import sys
+
+    model, endpoint, _ = hosted
+    prompts = _ratio_prompts()
+    kwargs = {k: v for k, v in ENGINE_KWARGS.items() if k != "accelerator_config"}
+    child = subprocess.run(
+        [sys.executable, "-c", VLLM_ALONE, model.source, json.dumps(kwargs), json.dumps(prompts), str(RATIO_TOKENS)],
+        capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    line = [ln for ln in child.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert child.returncode == 0 and line, child.stderr[-3000:]
+    alone = json.loads(line[0][len("RESULT "):])
+    counts, df, elapsed = _generate_stage(endpoint, prompts, tmp_path / "run",
+                                          {"max_tokens": RATIO_TOKENS, "temperature": 0.7, "extra": {"ignore_eos": True}})
+    assert counts["ok"] == len(prompts)
+    tokens = int(df["completion_tokens"].sum())
+    assert alone["tokens"] == tokens == len(prompts) * RATIO_TOKENS
+    a, b = alone["tokens"] / alone["seconds"], tokens / elapsed
+    print(f"\n[vllm-cpu] vLLM alone {a:.1f} tok/s; Serve + generate stage {b:.1f} tok/s (Ray Data start "
+          f"included): ratio (b)/(a) {b / a:.2f} ({len(prompts)} prompts x {RATIO_TOKENS} tokens, ignore_eos)")

@@ -48,6 +48,10 @@ def test_quantization_and_dtype_change_the_size():
     with pytest.raises(FitError):
         check_fit(m)
     fp8 = m.model_copy(update={"engine_kwargs": {**m.engine_kwargs, "quantization": "fp8"}})
+    # The fp8 weights fit one GPU, but the 4.8 GiB they leave hold no 32k-token sequence (10 GiB).
+    with pytest.raises(FitError, match="max_model_len=32768 takes 10.00 GiB of KV cache per GPU"):
+        check_fit(fp8)
+    fp8 = fp8.model_copy(update={"engine_kwargs": {**fp8.engine_kwargs, "max_model_len": 8192}})
     assert check_fit(fp8).weights_gib == pytest.approx(70.6e9 / 2**30)  # 1 byte a parameter
     fp32 = load_model("qwen3-4b")
     fp32 = fp32.model_copy(update={"engine_kwargs": {**fp32.engine_kwargs, "dtype": "float32"}})
@@ -71,7 +75,8 @@ def test_fit_needs_params_and_a_known_accelerator():
 
 def test_fit_lines_list_each_gpu_model():
     lines = fit_lines([load_model("gpt-4o"), load_model("qwq-32b")])
-    assert len(lines) == 1 and lines[0].split()[0] == "qwq-32b" and "A100-80G x2" in lines[0]
+    assert lines[0].split()[0] == "qwq-32b" and "A100-80G x2" in lines[0]
+    assert len(lines) == 2 and lines[1].startswith("    ! qwq-32b cannot hold")  # 10 of 128 at 32k
 
 
 TABLE = ThroughputTable(accelerator="A100-80G", engine="vllm", figures={
@@ -139,3 +144,112 @@ def test_plan_lines_count_a_jobs_rows():
                        {"max_tokens": 100}, TABLE)
     assert lines[1].split()[:4] == ["qwen3-4b", "2", "12", "200"]  # 10 + 2 tokens in, 2 x 100 out
     assert lines[2].split()[:4] == ["gpt-4o", "1", "0", "100"]
+
+
+# --------------------------------------------------------------------------- the KV cache
+
+
+def _kwargs(name: str, **engine_kwargs):
+    m = load_model(name)
+    return m.model_copy(update={"engine_kwargs": {**m.engine_kwargs, **engine_kwargs}})
+
+
+def test_kv_cache_of_an_8b_model_at_full_context_by_hand():
+    """Llama-3.1-8B (32 layers, 8 KV heads of 128, bf16), max_model_len 16384, max_num_seqs 128, TP 1:
+    one sequence = 32 x 8 x 128 x 2 x 2 B x 16384 = 2 GiB; 128 of them 256 GiB; the room left by
+    the weights is 0.9 x 80 - 8.03e9 x 2 / 2^30 - 3 = 54.04 GiB: 27 full-length sequences."""
+    fit = check_fit(load_model("llama-3-1-8b-instruct"))
+    room = 0.9 * 80 - 8.03e9 * 2 / 2**30 - 3
+    assert fit.kv_gib == pytest.approx(room)
+    assert fit.kv.bytes_per_token_layer == 8 * 128 * 2 * 2
+    assert fit.kv.seq_gib == pytest.approx(2.0)
+    assert fit.kv.demand_gib == pytest.approx(256.0)
+    assert fit.full_context_seqs == 27 and fit.holds_max_num_seqs is False
+    assert fit.kv_note.startswith("cannot hold its own max_num_seqs=128 at full context "
+                                  "(max_model_len=16384): that needs 256.0 GiB")
+    assert "54.0 GiB is left, room for 27 full-length sequences" in fit.kv_note
+
+
+def test_fp8_kv_cache_halves_each_sequence():
+    fit = check_fit(_kwargs("llama-3-1-8b-instruct", kv_cache_dtype="fp8"))
+    assert fit.kv.seq_gib == pytest.approx(1.0) and fit.full_context_seqs == 54
+    with pytest.raises(ValueError, match="kv_cache_dtype='int2' has no known size"):
+        check_fit(_kwargs("llama-3-1-8b-instruct", kv_cache_dtype="int2"))
+
+
+def test_sliding_window_layers_keep_only_their_window():
+    """Command A over TP 8: 8 KV heads -> 1 per GPU, 512 B a token and layer; 16 global layers x
+    32768 + 48 sliding layers x 4096 = 720,896 layer-tokens = 0.34375 GiB a sequence; room
+    0.92 x 80 - 111.1e9 x 2 / 2^30 / 8 - 3 = 44.73 GiB: 130 sequences >= max_num_seqs 64."""
+    fit = check_fit(load_model("command-a-03-2025"))
+    assert fit.kv.bytes_per_token_layer == 512
+    assert fit.kv.seq_gib == pytest.approx(720_896 * 512 / 2**30)
+    assert fit.full_context_seqs == 130 and fit.holds_max_num_seqs is True and fit.kv_note == ""
+
+
+def test_fewer_kv_heads_than_gpus_keeps_one_head_per_gpu():
+    """Qwen2.5-7B has 4 KV heads; over TP 8 each GPU still keeps one: 28 x 1 x 128 x 2 x 2 B."""
+    m = _with("qwen2-5-7b-instruct", tensor_parallel_size=8)
+    fit = check_fit(m)
+    assert fit.kv.bytes_per_token_layer == 1 * 128 * 2 * 2
+    assert fit.kv.seq_gib == pytest.approx(28 * 512 * 16384 / 2**30)
+
+
+def test_a_file_that_cannot_hold_one_sequence_is_refused():
+    with pytest.raises(FitError) as err:
+        check_fit(_kwargs("llama-3-1-8b-instruct", max_model_len=1_000_000))
+    msg = str(err.value)
+    assert msg.startswith("conf/model/llama-3-1-8b-instruct.yaml: one sequence of max_model_len=1000000 "
+                          "takes 122.07 GiB of KV cache per GPU, but only 54.0 GiB is left")
+    assert "vLLM would refuse to start" in msg
+
+
+def test_kv_not_checked_is_said_not_guessed():
+    m = load_model("qwen3-4b")
+    assert check_fit(m, shapes={}).kv_note == "KV cache not checked: no shape for 'Qwen/Qwen3-4B' in conf/kv_shapes.yaml"
+    no_len = m.model_copy(update={"engine_kwargs": {k: v for k, v in m.engine_kwargs.items()
+                                                    if k != "max_model_len"}})
+    fit = check_fit(no_len)
+    assert fit.kv is None and "sets no engine_kwargs.max_model_len" in fit.kv_note
+    no_seqs = m.model_copy(update={"engine_kwargs": {k: v for k, v in m.engine_kwargs.items()
+                                                     if k != "max_num_seqs"}})
+    # Qwen3-4B: 36 x 8 x 128 x 2 x 2 B x 32768 = 4.5 GiB a sequence; room 0.9 x 80 - 4.02e9 x 2 / 2^30 - 3.
+    seqs = int((0.9 * 80 - 4.02e9 * 2 / 2**30 - 3) // 4.5)
+    assert check_fit(no_seqs).kv_note == f"max_num_seqs not set (vLLM's default); room for {seqs} full-length sequences"
+
+
+def test_every_vllm_model_source_has_a_kv_shape():
+    from serving.kvcache import load_shapes
+
+    shapes = load_shapes()
+    assert {load_model(n).source for n in GPU_MODELS} <= set(shapes)
+
+
+def test_fit_lines_say_when_max_num_seqs_does_not_fit():
+    lines = fit_lines([load_model("llama-3-1-8b-instruct"), load_model("command-a-03-2025")])
+    assert lines[0].split()[0] == "llama-3-1-8b-instruct" and lines[0].endswith("27 seqs at 16384 tokens")
+    assert lines[1].startswith("    ! llama-3-1-8b-instruct cannot hold its own max_num_seqs=128")
+    assert lines[2].split()[0] == "command-a-03-2025" and len(lines) == 3
+
+
+def test_a_dry_runs_plan_says_which_models_cannot_hold_max_num_seqs():
+    from serving.capacity import kv_lines
+
+    too_big = _with("mistral-large-instruct-2407", tensor_parallel_size=2)
+    lines = kv_lines([load_model("gpt-4o"), load_model("llama-3-1-8b-instruct"), load_model("command-a-03-2025"),
+                      too_big])
+    assert len(lines) == 2
+    assert lines[0].startswith("  ! llama-3-1-8b-instruct cannot hold its own max_num_seqs=128")
+    assert lines[1].startswith("  ! conf/model/mistral-large-instruct-2407.yaml: 122.6B parameters")
+    plan = plan_lines([load_model("llama-3-1-8b-instruct")], ["llama-3-1-8b-instruct"], ["a" * 40], None, TABLE)
+    assert plan[-1] == lines[0]
+
+
+def test_capacity_command_prints_fit_lines_and_refuses_unknown_names(capsys):
+    from serving.capacity import main
+
+    assert main(["qwq-32b", "gpt-4o"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[0] == "qwq-32b" and out[1].startswith("    ! qwq-32b cannot hold") and len(out) == 2
+    assert main(["no-such-model"]) == 2
+    assert "no-such-model" in capsys.readouterr().err

@@ -1,0 +1,58 @@
+"""The inputs of the GPU benchmark's parts, built on the CPU: the model file is one the project
+accepts for the pinned vLLM, and the prompts and dialogues have the methods' shapes."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from benchmarks.gpu_parts import (
+    MODEL, PROMPT, QUESTIONS, dialogue_specs, engine_kwargs, mentalbench_contexts, mentalbench_messages, model_config,
+    sqpsych_profiles,
+)
+from benchmarks.gpu_serve import Plan
+from serving.vllm_app import build_llm_config, engine_arg_names, llm_config_kwargs, unknown_engine_args
+
+
+def test_model_file_is_valid_for_the_pinned_vllm_and_ray():
+    plan = Plan()
+    m = model_config("/tmp/model", plan)
+    assert unknown_engine_args(m, engine_arg_names()) == []
+    kwargs = llm_config_kwargs(m)
+    assert kwargs["engine_kwargs"]["load_format"] == "dummy" and kwargs["engine_kwargs"]["enable_prefix_caching"]
+    assert kwargs["model_loading_config"] == {"model_id": MODEL, "model_source": "/tmp/model"}
+    build_llm_config(m, allow_internal=True)  # Ray's own LLMConfig accepts it
+    off = model_config("/tmp/model", plan, prefix_caching=False)
+    assert off.name != m.name and off.engine_kwargs["enable_prefix_caching"] is False
+    assert {k: v for k, v in off.engine_kwargs.items() if k != "enable_prefix_caching"} == \
+        {k: v for k, v in m.engine_kwargs.items() if k != "enable_prefix_caching"}
+    # vLLM alone (a) gets exactly the engine arguments the Serve path (b) gets.
+    assert engine_kwargs(plan) == m.engine_kwargs
+    assert m.generation.extra == {"ignore_eos": True} and m.generation.max_tokens == 512
+    assert m.concurrency == 2 * plan.max_num_seqs == m.resources.max_ongoing_requests
+
+
+def test_mentalbench_prompts_are_distinct_and_use_the_responder_prompt():
+    head = PROMPT.read_text().split("{user_concern}")[0]
+    msgs = mentalbench_messages(60)
+    texts = [m[0]["content"] for m in msgs]
+    assert len(set(texts)) == 60 and all(t.startswith(head) for t in texts)
+    assert all(len(m) == 1 and m[0]["role"] == "user" for m in msgs)
+    contexts = mentalbench_contexts(60)
+    assert contexts[0].startswith("Case 1. ") and contexts[59].startswith("Case 60. ")
+    n = len(pd.read_csv(QUESTIONS))  # the demo questions, cycled
+    assert n < 60 and contexts[0].split(". ", 1)[1] == contexts[n].split(". ", 1)[1]
+
+
+def test_dialogues_have_sqpsychs_prompts_and_a_fixed_length(tmp_path):
+    plan = Plan(turns=20, turn_tokens=96)
+    profiles = sqpsych_profiles(3)
+    assert len(profiles) == 3 and profiles["context_id"].is_unique
+    assert all(len(p) > 2000 for p in profiles["profile"])  # rendered questionnaires
+    specs, sens = dialogue_specs(profiles, MODEL, plan, str(tmp_path))
+    assert len(specs) == 3 and sens == ["restricted"] * 3
+    for spec in specs:
+        assert spec.rules.max_turns == 20 and spec.rules.min_turns == 20 and spec.rules.countdown is None
+        assert [a.role for a in spec.agents] == ["therapist", "client"]
+        for agent in spec.agents:
+            assert agent.model == MODEL
+            assert agent.generation == {"max_tokens": 96, "extra": {"ignore_eos": True}}
