@@ -35,7 +35,7 @@ import math
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import hydra
 import pandas as pd
@@ -52,7 +52,7 @@ from jobs.core.schemas import (
     STATUS_PARSE_ERROR, SUBJECT_RESPONSE, response_subject_id,
 )
 from jobs.core.store import TableStore
-from jobs.core.configfiles import ConfigError, validated
+from jobs.core.configfiles import CONF_DIR, ConfigError, validated
 
 __all__ = ["ImportReport", "RatingsColumns", "RatingsImportConfig", "import_ratings", "main",
            "ratings_to_rows", "run_from_dict"]
@@ -340,21 +340,30 @@ class ImportRatingsJob(StrictModel):
     report: str | None = Field(None, description="Also write the import report as JSON to this file.")
 
 
-def run(cfg: ImportRatingsJob) -> int:
-    report = run_from_dict(cfg.ratings, cfg.run_dir)
-    if cfg.report:
-        Path(cfg.report).write_text(report.model_dump_json(indent=2), encoding="utf-8")
-    return 0
+def command(module: str, config_name: str,
+            importer: Callable[[RatingsImportConfig, str], ImportReport]) -> Callable[[], None]:
+    """A ratings-import command `python -m <module>`: its Hydra config `conf/<config_name>.yaml`
+    (an `ImportRatingsJob`), the ratings written by `importer(ratings, run_dir)`, the report
+    printed (and written as JSON when `report=FILE`)."""
+
+    def run(cfg: ImportRatingsJob) -> int:
+        report = importer(cfg.ratings, cfg.run_dir)
+        if cfg.report:
+            Path(cfg.report).write_text(report.model_dump_json(indent=2), encoding="utf-8")
+        return 0
+
+    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)
+    def hydra_main(raw: DictConfig) -> None:
+        run_entrypoint(raw, ImportRatingsJob, run, f"{config_name} config")
+
+    def main() -> None:
+        require_overrides("run_dir", usage=f"python -m {module} ratings.path=CSV run_dir=RUN_DIR")
+        hydra_main()
+
+    return main
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="import_ratings")
-def hydra_main(raw: DictConfig) -> None:
-    run_entrypoint(raw, ImportRatingsJob, run, "import_ratings config")
-
-
-def main() -> None:
-    require_overrides("run_dir", usage="python -m jobs.import_ratings ratings.path=CSV run_dir=RUN_DIR")
-    hydra_main()
+main = command("jobs.import_ratings", "import_ratings", run_from_dict)
 
 
 if __name__ == "__main__":

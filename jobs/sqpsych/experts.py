@@ -19,11 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import hydra
-from omegaconf import DictConfig
-
-from jobs.config import require_overrides, run_entrypoint
-from jobs.import_ratings import ImportRatingsJob, ImportReport, RatingsImportConfig, ratings_to_rows, read_ratings_csv
+from jobs.import_ratings import ImportReport, command, RatingsImportConfig, ratings_to_rows, read_ratings_csv
 from jobs.core.rubric import load_rubric
 from jobs.core.schemas import DIALOGUES, SCORES, SCORES_CALL_KEY, SUBJECT_DIALOGUE, SUBJECT_RESPONSE
 from jobs.core.store import TableStore
@@ -85,22 +81,13 @@ def run(cfg: Any) -> int:
     return 0
 
 
-def run_import(cfg: ImportRatingsJob) -> int:
-    report = import_expert_scores(cfg.ratings, cfg.run_dir)
+def import_and_show(ratings: RatingsImportConfig, run_dir: str) -> ImportReport:
+    report = import_expert_scores(ratings, run_dir)
     print(report.summary(), flush=True)
-    if cfg.report:
-        Path(cfg.report).write_text(report.model_dump_json(indent=2), encoding="utf-8")
-    return 0
+    return report
 
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="import_sqpsych_experts")
-def hydra_main(raw: DictConfig) -> None:
-    run_entrypoint(raw, ImportRatingsJob, run_import, "expert scores import config")
-
-
-def main() -> None:
-    require_overrides("run_dir", usage="python -m jobs.sqpsych.experts ratings.path=CSV run_dir=RUN_DIR")
-    hydra_main()
+main = command("jobs.sqpsych.experts", "import_sqpsych_experts", import_and_show)
 
 
 if __name__ == "__main__":
