@@ -45,12 +45,17 @@ bench: $(STAMP)
 # (ray[llm] at serving/versions.py's RAY_VERSION) and the project installed over it without
 # replacing it (cluster/launcher/install_on_image.sh), then benchmarks/gpu_serve.py, which writes
 # docs/benchmarks/gpu_serve-<GPU>-<time>.json. ARGS='--quick' for a smoke run.
+# PyPI's torch is the CUDA 13.0 build (NVIDIA driver 580+); with an older driver, take the
+# CUDA 12.8 build first: make bench-gpu TORCH_INDEX=https://download.pytorch.org/whl/cu128
 VENV_GPU := .venv-gpu
 RAY_VERSION := $(shell sed -n 's/^RAY_VERSION = "\(.*\)"/\1/p' serving/versions.py)
+TORCH_VERSION := $(shell sed -n 's/^TORCH_VERSION = "\(.*\)"/\1/p' serving/versions.py)
+TORCH_INDEX ?=
 bench-gpu:
 	@command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { echo "error: make bench-gpu needs an NVIDIA GPU (nvidia-smi finds none)"; exit 2; }
 	@test -x $(VENV_GPU)/bin/python || $(PYTHON) -m venv $(VENV_GPU)
 	$(VENV_GPU)/bin/python -m pip install -q --upgrade pip
+	$(if $(TORCH_INDEX),$(VENV_GPU)/bin/python -m pip install -q "torch==$(TORCH_VERSION)" --index-url $(TORCH_INDEX))
 	$(VENV_GPU)/bin/python -m pip install -q "ray[llm,serve,data]==$(RAY_VERSION)"
 	PYTHON=$(VENV_GPU)/bin/python bash cluster/launcher/install_on_image.sh
 	$(VENV_GPU)/bin/python -m benchmarks.gpu_serve $(ARGS)

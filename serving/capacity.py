@@ -336,7 +336,7 @@ def kv_lines(models: Iterable[ModelConfig]) -> list[str]:
     for m in models:
         try:
             fit = check_fit(m)
-        except FitError as exc:
+        except ValueError as exc:  # FitError, or a kv_cache_dtype of no known size
             out.append(f"  ! {exc}")
             continue
         if fit is not None and fit.kv_note and fit.holds_max_num_seqs is False:

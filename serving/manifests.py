@@ -11,7 +11,10 @@ The experiment is composed by Hydra exactly as `python -m jobs.pipeline` compose
 `conf/pipeline.yaml` and overrides). The RayService's `llm_configs` are `serving.vllm_app.
 llm_config_kwargs` of each vLLM model the experiment names, i.e. what `serving.deploy` would
 deploy; the GPU worker group is sized by packing every replica's tensor-parallel GPUs onto whole
-nodes, after `serving.capacity.check_fit` has checked that each replica fits its GPUs.
+nodes, after `serving.capacity.check_fit` has checked that each replica fits its GPUs (weights
+and the KV cache of one full-length sequence) and every engine argument has been found among the
+pinned vLLM's `EngineArgs` fields. Pods, Ray cluster specs and the NetworkPolicy are built by
+`serving.kuberay`; the image and Ray version come from `serving.versions`.
 
 Every manifest starts with the command that rendered it; the drift test re-runs that command and
 fails when the file differs, so a model file change cannot leave a stale manifest behind.

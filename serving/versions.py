@@ -26,6 +26,9 @@ from __future__ import annotations
 RAY_VERSION = "2.60.0"
 # What `ray[llm]==RAY_VERSION` pins (`vllm[audio]==...` in Ray's setup.py), and what the image has.
 VLLM_VERSION = "0.29.0"
+# What vLLM VLLM_VERSION pins (`torch==2.13.0` in its wheel's metadata). PyPI's wheel of it is
+# the CUDA 13.0 build (driver 580 or later); the image's is CUDA 12.8's.
+TORCH_VERSION = "2.13.0"
 PYTHON_TAG = "py311"
 CUDA_TAG = "cu128"
 # Ray's LLM image: Ray with ray.serve.llm, vLLM VLLM_VERSION and CUDA 12.8, Python 3.11.
@@ -45,4 +48,4 @@ ENGINE_STACK = ("ray", "vllm", "torch", "torchvision", "torchaudio", "triton", "
                 "flashinfer-python", "transformers", "tokenizers", "xgrammar")
 
 __all__ = ["CPU_ENGINE_ONLY", "CUDA_TAG", "ENGINE_STACK", "IMAGE_PIP", "PROVIDED_BY_IMAGE",
-           "PYTHON_TAG", "RAY_LLM_IMAGE", "RAY_VERSION", "VLLM_VERSION"]
+           "PYTHON_TAG", "RAY_LLM_IMAGE", "RAY_VERSION", "TORCH_VERSION", "VLLM_VERSION"]
