@@ -106,10 +106,10 @@ def create_app(service: RatingService) -> FastAPI:
             return _html(pages.error_page(_UNKNOWN), 403)
         progress, alpha, agreement = await run_in_threadpool(
             lambda: (service.progress(), service.alpha(), service.agreement()))
-        links = " ".join(f"/lead/{token}/export/{r}.csv" for r in service.form.rubrics)
+        exports = [(r, f"/lead/{token}/export/{r}.csv") for r in service.form.rubrics]
         return _html(pages.lead_page(
             title=f"Study {service.study.name}", restricted=service.restricted, progress=progress, alpha=alpha,
-            agreement=agreement, export_href=links.split(" ")[0], seed=service.study.seed,
+            agreement=agreement, exports=exports, seed=service.study.seed,
             per_subject=service.study.per_subject, form=service.form_name))
 
     @app.get("/lead/{token}/export/{rubric}.csv")

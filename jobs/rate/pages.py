@@ -126,11 +126,11 @@ def error_page(message: str) -> str:
 def _table(df: pd.DataFrame, table_id: str) -> str:
     if df is None or df.empty:
         return f"<p class=muted id={table_id}>(nothing yet)</p>"
-    return df.to_html(table_id=table_id, na_rep="NA", float_format=lambda v: f"{v:.3f}", border=0)
+    return df.to_html(table_id=table_id, na_rep="NA", float_format=lambda v: f"{v:.3f}", border=0, index=False)
 
 
 def lead_page(*, title: str, restricted: bool, progress: pd.DataFrame, alpha: pd.DataFrame, agreement,
-              export_href: str, seed: int, per_subject: int, form: str) -> str:
+              exports: list[tuple[str, str]], seed: int, per_subject: int, form: str) -> str:
     body = [f"<h1>{escape(title)}: progress and agreement</h1>", _banner(restricted),
             f"<p class=muted>Form {escape(form)}; {per_subject} raters per subject; shuffle seed {seed}. "
             "This page refreshes when reloaded.</p>",
@@ -142,5 +142,6 @@ def lead_page(*, title: str, restricted: bool, progress: pd.DataFrame, alpha: pd
         body.append(f"<h2>Human vs LLM judges: {escape(agreement.label)}</h2>")
         body.append(_table(agreement.table.reset_index(), "agreement") if agreement.table is not None
                     else f"<p class=muted id=agreement>{escape(agreement.note)}</p>")
-    body.append(f"<p><a href='{export_href}' id=export>Export the ratings (CSV, the importer's layout)</a></p>")
+    links = ", ".join(f"<a href='{escape(href)}' class=export>{escape(name)}</a>" for name, href in exports)
+    body.append(f"<p id=export>Export the ratings (CSV in the layout <code>jobs.import_ratings</code> reads): {links}</p>")
     return _page(f"{title}: progress", "".join(body))
