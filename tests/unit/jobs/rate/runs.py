@@ -82,9 +82,10 @@ def sqpsych_run(run_dir: Path, n: int = 3, sensitivity: str | None = None) -> Pa
 ARENA_SCALES = ("arena_client", "arena_supervisor", "arena_counselor")
 
 
-def arena_run(run_dir: Path, llm_best: str = "counselor-b") -> Path:
-    """2 cards x 2 counselors (iteration 0, vanilla); the LLM evaluators score `llm_best`'s
-    sessions at each item's maximum and the other's at its minimum."""
+def arena_run(run_dir: Path, llm_best: dict[str, str] | None = None) -> Path:
+    """2 cards x 2 counselors (iteration 0, vanilla); on each card the LLM evaluators score the
+    sessions of `llm_best[card]` (default counselor-b) at each item's maximum, the other's at its minimum."""
+    llm_best = llm_best or {"k1": "counselor-b", "k2": "counselor-b"}
     _record(run_dir, "arena")
     TableStore(run_dir, CARDS, writer=True).append(
         [{"card_id": f"k{i}", "sensitivity": "public", "rendered": f"Card {i}: a student, 20, anxious.",
@@ -98,5 +99,6 @@ def arena_run(run_dir: Path, llm_best: str = "counselor-b") -> Path:
     for name in ARENA_SCALES:
         rubric = load_rubric(name)
         _llm_scores(run_dir, name, subjects,
-                    lambda sid, item, r=rubric: r.item(item).max if llm_best in sid else r.item(item).min)
+                    lambda sid, item, r=rubric: r.item(item).max if llm_best[sid.split("|")[0]] in sid
+                    else r.item(item).min)
     return run_dir
