@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
+
 import pytest
 
 from jobs.rate import RateConfig, RatingService
@@ -97,3 +99,17 @@ def test_arena_human_ratings_stay_out_of_the_evaluations_pass_rates(tmp_path):
         rate(svc, "ana", sid, lambda fi: fi.item.max)
     after = session_results(load_scores(run), find_scales(load_scores(run)).rubrics)
     assert after.equals(before)
+
+
+def test_the_arena_reports_agreement_section_includes_the_raters(tmp_path):
+    from analysis.arena.report import build_report
+
+    run = arena_run(tmp_path / "run", llm_best={"k1": "counselor-b", "k2": "counselor-a"})
+    svc = service(run)
+    for sid in svc.subjects:  # ana prefers what the evaluation prefers on both cards
+        top = {"k1": "counselor-b", "k2": "counselor-a"}[sid.split("|")[0]] in sid
+        rate(svc, "ana", sid, lambda fi, top=top: fi.item.max if top else fi.item.min)
+    build_report(run)
+    kappa = pd.read_csv(run / "report" / "tables" / "agreement_kappa.csv")
+    assert set(kappa["scale"]) == {"client", "supervisor", "counselor"}
+    assert (kappa["n"] == 2).all() and (kappa["agreement"] == 1.0).all() and (kappa["kappa"] == 1.0).all()
