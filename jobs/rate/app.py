@@ -23,10 +23,19 @@ from jobs.rate import pages
 from jobs.rate.export import export_frames
 from jobs.rate.service import RatingService
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "inside"]
 
 _HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "X-Robots-Tag": "noindex"}
 _UNKNOWN = "This link is not valid. Ask the study lead for yours."
+
+
+def inside(host: str | None, networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> bool:
+    """Whether a client address is in one of `networks` (an unparsable or missing one is not)."""
+    try:
+        addr = ipaddress.ip_address(host or "")
+    except ValueError:
+        return False
+    return any(addr in n for n in networks)
 
 
 def _html(text: str, status: int = 200) -> HTMLResponse:
@@ -41,13 +50,7 @@ def create_app(service: RatingService) -> FastAPI:
     @app.middleware("http")
     async def cluster_only(request: Request, call_next):
         if service.restricted:
-            host = request.client.host if request.client else ""
-            try:
-                addr = ipaddress.ip_address(host)
-                inside = any(addr in n for n in networks)
-            except ValueError:
-                inside = False
-            if not inside:
+            if not inside(request.client.host if request.client else None, networks):
                 return _html(pages.error_page("This run holds restricted data and is served only inside the "
                                               "cluster network."), 403)
         return await call_next(request)

@@ -42,15 +42,15 @@ def chromium_path() -> str:
 
 
 class Server:
-    def __init__(self, run_dir: Path, port: int, log: Path):
-        self.run_dir, self.port, self.log = run_dir, port, log
+    def __init__(self, run_dir: Path, port: int, log: Path, *extra: str):
+        self.run_dir, self.port, self.log, self.extra = run_dir, port, log, extra
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "Server":
         fh = open(self.log, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jobs.rate", f"run_dir={self.run_dir}", "raters=[ana,ben]", "per_subject=2",
-             "seed=7", f"port={self.port}"], cwd=ROOT, env=job_env(), stdout=fh, stderr=subprocess.STDOUT,
+             "seed=7", f"port={self.port}", *self.extra], cwd=ROOT, env=job_env(), stdout=fh, stderr=subprocess.STDOUT,
             start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -59,7 +59,7 @@ class Server:
             try:
                 urllib.request.urlopen(f"{self.url}/r/none", timeout=1)
             except urllib.error.HTTPError:
-                return self  # it answers (403 for an unknown token)
+                return self  # it answers (403 for an unknown token, or for this client)
             except OSError:
                 time.sleep(0.2)
         raise AssertionError(f"jobs.rate did not answer on port {self.port}:\n{self.log.read_text()[-3000:]}")
@@ -215,3 +215,22 @@ def test_two_raters_at_once_and_the_lead_sees_progress(tmp_path, chromium_path):
     assert head == ["conv_id", "rater", "rater_type", "responder", *ITEMS] and len(csv.splitlines()) == 5
     assert shot.stat().st_size > 10_000
 
+
+
+def test_a_restricted_run_says_so_and_answers_only_the_cluster_networks(tmp_path, chromium_path):
+    run_dir = mentalbench_run(tmp_path / "run", sensitivity="restricted")
+    server = Server(run_dir, 8203, tmp_path / "rate.log").start()
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium_path, headless=True)
+            page = browser.new_page()
+            page.goto(f"{server.url}/r/{server.tokens()['raters']['ben']}")  # loopback: inside
+            assert "served only to the cluster network" in page.inner_text("#restricted")
+            server.kill()
+            # the same run served to a network this client is not in: refused, whatever the token
+            server = Server(run_dir, 8203, tmp_path / "rate2.log", "cluster_networks=[10.0.0.0/8]").start()
+            resp = page.goto(f"{server.url}/r/{server.tokens()['raters']['ben']}")
+            assert resp.status == 403 and "served only inside the cluster network" in page.inner_text("#refused")
+            browser.close()
+    finally:
+        server.kill()

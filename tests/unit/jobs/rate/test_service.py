@@ -153,3 +153,24 @@ def test_a_folder_that_is_not_a_run_is_named(tmp_path):
     (tmp_path / "run.json").write_text('{"method": "mentalbench"}')
     with pytest.raises(ConfigError, match="no table 'responses'"):
         service(tmp_path)
+
+
+def test_restricted_runs_answer_only_the_cluster_networks():
+    import ipaddress
+
+    from jobs.rate.app import inside
+    from jobs.rate.config import PRIVATE_NETWORKS
+
+    nets = [ipaddress.ip_network(n) for n in PRIVATE_NETWORKS]
+    for ok in ("127.0.0.1", "10.42.0.7", "172.20.1.1", "192.168.5.5", "::1", "fd00::12"):
+        assert inside(ok, nets), ok
+    for bad in ("8.8.8.8", "172.32.0.1", "2001:db8::1", "testclient", "", None):
+        assert not inside(bad, nets), bad
+
+
+def test_one_server_per_study(tmp_path):
+    run = mentalbench_run(tmp_path / "run")
+    first = service(run)
+    first.hold_server_lock()
+    with pytest.raises(ConfigError, match="another rating server"):
+        service(run).hold_server_lock()
