@@ -27,6 +27,8 @@ from jobs.store import TableStore
 __all__ = ["AnswerStore", "answer_rows", "check_answer"]
 
 LOCK_FILE = "write.lock"
+# What the app reads back of the scores table (the key columns come with them).
+READ_COLUMNS = ["judge_type", "context_id", "responder", "score", "status", "explanation"]
 
 
 def check_answer(items: list[FormItem], values: Mapping[str, str]) -> tuple[dict[str, float], dict[str, str]]:
@@ -96,7 +98,7 @@ class AnswerStore:
 
     def human_scores(self):
         """The SCORES rows of human raters on this form's rubrics and subject type."""
-        df = self._store.read()
+        df = self._store.read(columns=READ_COLUMNS)
         return df[(df["judge_type"] == JUDGE_TYPE_HUMAN) & (df["subject_type"] == self.subject_type)
                   & df["rubric"].isin(self.rubrics)]
 

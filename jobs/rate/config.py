@@ -128,7 +128,6 @@ class RateConfig(_Strict):
         default_factory=lambda: list(PRIVATE_NETWORKS),
         description="Client networks a restricted run is served to (loopback and private ranges).")
     export: str | None = Field(None, description="Write the ratings as CSV to this folder and exit (no server).")
-    experiment: str | None = Field(None, description="Ignored (a run's experiment is in run.json).")
 
     @field_validator("raters")
     @classmethod

@@ -174,3 +174,15 @@ def test_one_server_per_study(tmp_path):
     first.hold_server_lock()
     with pytest.raises(ConfigError, match="another rating server"):
         service(run).hold_server_lock()
+
+
+def test_texts_are_escaped_on_the_page():
+    from jobs.rate.config import Form
+    from jobs.rate.subjects import Shown, Subject, form_items
+
+    s = Subject("x|m", "x", "m", (Shown("The answer", "text", text="<script>alert(1)</script> & <b>bold</b>"),
+                                  Shown("The session", "transcript", turns=(("client", "<img src=x onerror=1>"),))))
+    html = subject_page(base="/r/t", position=1, total=1, done=0, subject=s, items=form_items(Form(rubrics=["mentalbench"])),
+                        form_description=None, restricted=False)
+    assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &lt;b&gt;" in html
+    assert "<img src=x" not in html
