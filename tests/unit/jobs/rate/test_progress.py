@@ -113,3 +113,17 @@ def test_the_arena_reports_agreement_section_includes_the_raters(tmp_path):
     kappa = pd.read_csv(run / "report" / "tables" / "agreement_kappa.csv")
     assert set(kappa["scale"]) == {"client", "supervisor", "counselor"}
     assert (kappa["n"] == 2).all() and (kappa["agreement"] == 1.0).all() and (kappa["kappa"] == 1.0).all()
+
+
+def test_the_mentalbench_reports_alignment_factor_includes_the_raters(tmp_path):
+    from analysis.report import build_report
+
+    run = mentalbench_run(tmp_path / "run", n_contexts=2, judge_score=1)
+    svc = service(run)
+    for sid in svc.subjects:
+        rate(svc, "ana", sid, lambda fi: 2)
+        rate(svc, "ben", sid, lambda fi: 3)
+    build_report(run)
+    af = pd.read_csv(run / "report" / "tables" / "table4_alignment_factor.csv").set_index("judge")
+    # the judge says 1, the raters' mean is 2.5: |1 - 2.5| = 1.5 on 4 responses x 7 attributes
+    assert af.loc["judge-llm", "Average"] == pytest.approx(1.5) and af.loc["judge-llm", "n"] == 28

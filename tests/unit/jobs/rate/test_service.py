@@ -70,6 +70,10 @@ def test_an_answer_is_rows_of_the_scores_table_and_a_restart_resumes(tmp_path):
     svc2 = service(run)
     assert not svc2.created and svc2.next_position("ana") == 2 and svc2.next_position("ben") == 1
     assert svc2.own_answers("ana", 1)["mentalbench.Empathy"] == 2.0
+    # ben, given the same subject, sees an empty form: never ana's answers
+    ben_pos = svc2.order("ben").index(first) + 1
+    assert not svc2.is_done("ben", ben_pos) and svc2.own_answers("ben", ben_pos) == {}
+    assert "checked" not in page(svc2, "ben", ben_pos)
     assert "You rated this subject" in page(svc2, "ana", 1, answered=svc2.own_answers("ana", 1))
 
 
