@@ -26,9 +26,11 @@ import pytest
 from tests.conftest import ROOT, job_env
 from tests.unit.jobs.rate.runs import SECRET_MODEL, mentalbench_run
 
-playwright = pytest.importorskip("playwright", reason="pip install -e .[test] installs playwright")
-from playwright.async_api import async_playwright  # noqa: E402
-from playwright.sync_api import sync_playwright  # noqa: E402
+try:
+    from playwright.async_api import async_playwright
+    from playwright.sync_api import sync_playwright
+except ImportError:  # named by the fixture: a missing test dependency is a failure, not a skip
+    async_playwright = sync_playwright = None
 
 CHROMIUM = Path("/usr/bin/chromium")
 ITEMS = ["Guidance", "Informativeness", "Relevance", "Safety", "Empathy", "Helpfulness", "Understanding"]
@@ -36,6 +38,8 @@ ITEMS = ["Guidance", "Informativeness", "Relevance", "Safety", "Empathy", "Helpf
 
 @pytest.fixture(scope="module")
 def chromium_path() -> str:
+    if sync_playwright is None:
+        pytest.fail("playwright is missing: pip install -e .[test] installs it (never run `playwright install`)")
     if not CHROMIUM.is_file():
         pytest.fail(f"{CHROMIUM} is missing: `make test` installs it (apt-get install -y chromium)")
     return str(CHROMIUM)
