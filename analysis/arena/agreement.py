@@ -32,8 +32,8 @@ from analysis.arena.data import (
     session_frame,
 )
 from analysis.arena.passing import ordered_roles, session_results, total_col
-from analysis.columns import JUDGE, JUDGE_TYPE, JUDGE_TYPE_HUMAN
 from analysis.arena.tables import iteration0, norm_col, with_normalized
+from analysis.columns import JUDGE, JUDGE_TYPE, JUDGE_TYPE_HUMAN
 from jobs.rubric import Rubric
 
 N = "n"

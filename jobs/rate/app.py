@@ -55,6 +55,10 @@ def create_app(service: RatingService) -> FastAPI:
                                               "cluster network."), 403)
         return await call_next(request)
 
+    @app.get("/")
+    async def root():
+        return _html(pages.error_page("Open the link you were given: it carries your own token."), 404)
+
     def base(token: str) -> str:
         return f"/r/{token}"
 

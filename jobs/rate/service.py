@@ -62,6 +62,11 @@ class RatingService:
         self.study, self.created = load_or_create(
             self.folder, cfg.study, method, self.form_name, sorted(self.subjects), cfg.raters, cfg.per_subject,
             cfg.seed)
+        gone = sorted(set(self.study.subject_ids) - set(self.subjects))
+        if gone:
+            raise ConfigError(f"{self.folder / 'study.json'} assigns {len(gone)} subject(s) this run no longer offers "
+                              f"(e.g. {gone[:3]}; a different limit= or a changed table): use the study's settings, "
+                              "or start a new one with study=<another name>")
         self.answers = AnswerStore(self.run_dir, self.folder, self.spec.subject_type, self.items)
         self._server_lock = None
 

@@ -190,3 +190,10 @@ def test_texts_are_escaped_on_the_page():
                         form_description=None, restricted=False)
     assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &lt;b&gt;" in html
     assert "<img src=x" not in html
+
+
+def test_a_study_whose_subjects_the_run_no_longer_offers_is_refused(tmp_path):
+    run = mentalbench_run(tmp_path / "run")
+    service(run)
+    with pytest.raises(ConfigError, match="no longer offers"):
+        service(run, limit=2)
