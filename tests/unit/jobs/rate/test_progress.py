@@ -9,6 +9,11 @@ import pandas as pd
 
 import pytest
 
+from analysis.arena.data import find_scales
+from analysis.arena.passing import session_results
+from analysis.arena.report import build_report as build_arena_report
+from analysis.report import build_report
+from analysis.scores import load_scores
 from jobs.rate import RateConfig, RatingService
 from jobs.rate.config import load_spec
 from tests.unit.jobs.rate.runs import SECRET_MODEL, arena_run, mentalbench_run, sqpsych_run
@@ -88,10 +93,6 @@ def test_arena_kappa_through_the_subjects_file(tmp_path):
 
 
 def test_arena_human_ratings_stay_out_of_the_evaluations_pass_rates(tmp_path):
-    from analysis.arena.data import find_scales
-    from analysis.arena.passing import session_results
-    from analysis.scores import load_scores
-
     run = arena_run(tmp_path / "run")
     svc = service(run)
     before = session_results(load_scores(run), find_scales(load_scores(run)).rubrics)
@@ -102,22 +103,18 @@ def test_arena_human_ratings_stay_out_of_the_evaluations_pass_rates(tmp_path):
 
 
 def test_the_arena_reports_agreement_section_includes_the_raters(tmp_path):
-    from analysis.arena.report import build_report
-
     run = arena_run(tmp_path / "run", llm_best={"k1": "counselor-b", "k2": "counselor-a"})
     svc = service(run)
     for sid in svc.subjects:  # ana prefers what the evaluation prefers on both cards
         top = {"k1": "counselor-b", "k2": "counselor-a"}[sid.split("|")[0]] in sid
         rate(svc, "ana", sid, lambda fi, top=top: fi.item.max if top else fi.item.min)
-    build_report(run)
+    build_arena_report(run)
     kappa = pd.read_csv(run / "report" / "tables" / "agreement_kappa.csv")
     assert set(kappa["scale"]) == {"client", "supervisor", "counselor"}
     assert (kappa["n"] == 2).all() and (kappa["agreement"] == 1.0).all() and (kappa["kappa"] == 1.0).all()
 
 
 def test_the_mentalbench_reports_alignment_factor_includes_the_raters(tmp_path):
-    from analysis.report import build_report
-
     run = mentalbench_run(tmp_path / "run", n_contexts=2, judge_score=1)
     svc = service(run)
     for sid in svc.subjects:

@@ -3,13 +3,17 @@ as human SCORES rows, resume from the table, concurrent raters, restricted runs.
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 
 import pandas as pd
 import pytest
 
 from jobs.rate import RateConfig, RatingService
+from jobs.rate.app import inside
+from jobs.rate.config import PRIVATE_NETWORKS, Form
 from jobs.rate.pages import lead_page, subject_page
+from jobs.rate.subjects import Shown, Subject, form_items
 from jobs.schemas import SCORES
 from jobs.store import read_table
 from serving.configfiles import ConfigError
@@ -160,11 +164,6 @@ def test_a_folder_that_is_not_a_run_is_named(tmp_path):
 
 
 def test_restricted_runs_answer_only_the_cluster_networks():
-    import ipaddress
-
-    from jobs.rate.app import inside
-    from jobs.rate.config import PRIVATE_NETWORKS
-
     nets = [ipaddress.ip_network(n) for n in PRIVATE_NETWORKS]
     for ok in ("127.0.0.1", "10.42.0.7", "172.20.1.1", "192.168.5.5", "::1", "fd00::12"):
         assert inside(ok, nets), ok
@@ -181,9 +180,6 @@ def test_one_server_per_study(tmp_path):
 
 
 def test_texts_are_escaped_on_the_page():
-    from jobs.rate.config import Form
-    from jobs.rate.subjects import Shown, Subject, form_items
-
     s = Subject("x|m", "x", "m", (Shown("The answer", "text", text="<script>alert(1)</script> & <b>bold</b>"),
                                   Shown("The session", "transcript", turns=(("client", "<img src=x onerror=1>"),))))
     html = subject_page(base="/r/t", position=1, total=1, done=0, subject=s, items=form_items(Form(rubrics=["mentalbench"])),
