@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Literal
+import sys
+from typing import Any, Literal
 
+from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from serving.configfiles import ConfigError, find_file, read_yaml, validated
 
-__all__ = ["Agreement", "Form", "RateConfig", "Show", "SubjectSpec", "load_spec"]
+__all__ = ["Agreement", "Form", "RateConfig", "RequiredKeys", "Show", "SubjectSpec", "load_spec"]
 
 _ID_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 PRIVATE_NETWORKS = ["127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fd00::/8"]
@@ -162,3 +165,15 @@ def check_form(spec: SubjectSpec, form: str | None) -> str:
     if name not in spec.forms:
         raise ConfigError(f"form={name!r}: the method's subjects file has forms {sorted(spec.forms)}")
     return name
+
+
+class RequiredKeys(Callback):
+    """`hydra.callbacks.required` in conf/rate.yaml: a missing `run_dir` or `raters` is one line
+    and exit 2, before Hydra writes anything (its run folder is the run directory)."""
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        missing = [k for k in ("run_dir", "raters") if OmegaConf.is_missing(config, k)]
+        if missing:
+            print(f"error: rate config: give {' and '.join(missing)}, e.g. python -m jobs.rate run_dir=RUN "
+                  "raters=[ana,ben] per_subject=2", file=sys.stderr)
+            raise SystemExit(2)

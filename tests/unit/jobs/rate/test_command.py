@@ -25,3 +25,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     run = mentalbench_run(tmp_path / "run")
     proc = run_job("jobs.rate", f"run_dir={run}", "raters=[ana]", "per_subject=2", check=False, timeout=120)
     assert proc.returncode == 2 and "per_subject=2 needs at least that many raters" in proc.stderr
+
+
+def test_a_missing_run_dir_or_raters_is_named_before_anything_is_written(tmp_path):
+    proc = run_job("jobs.rate", "raters=[ana,ben]", check=False, timeout=120)
+    assert proc.returncode == 2 and "give run_dir, e.g. python -m jobs.rate run_dir=RUN" in proc.stderr
+    run = mentalbench_run(tmp_path / "run")
+    proc = run_job("jobs.rate", f"run_dir={run}", check=False, timeout=120)
+    assert proc.returncode == 2 and "give raters" in proc.stderr and not (run / "rate").exists()
