@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-SHARED_SUBPACKAGES = {"rubric", "dialogue"}  # packages inside jobs/ that are shared machinery, not methods
+SHARED_SUBPACKAGES = {"rubric", "dialogue", "rate"}  # packages inside jobs/ that are shared machinery, not methods
 # `python -m jobs.curate` is a documented command: a two-line alias for MentalBench's curation.
 COMMAND_ALIASES = {ROOT / "jobs" / "curate.py"}
 
