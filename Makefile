@@ -26,6 +26,8 @@ demo: $(STAMP)
 	$(PY) -m jobs.pipeline experiment=mentalbench_demo $(ARGS)
 	$(PY) -m jobs.pipeline experiment=sqpsych_demo $(ARGS)
 	$(PY) -m jobs.pipeline experiment=arena_demo $(ARGS)
+	@echo "Rate the MentalBench demo's answers in the browser, blinded (each rater's link is printed; Ctrl-C stops it):"
+	@echo "  $(PY) -m jobs.rate run_dir=$$(ls -td runs/mentalbench_demo/2*/ 2>/dev/null | head -1 | sed 's:/$$::') raters=[ana,ben] per_subject=2"
 
 # The report test renders report.html in headless Chromium (Debian's package; apt needs root).
 CHROMIUM := /usr/bin/chromium

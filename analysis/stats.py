@@ -5,6 +5,7 @@ columns the things compared (responders, judges). Two columns are compared with
 `scipy.stats.ttest_rel` over the rows both have. With k columns there are k(k-1)/2 tests, so the
 p-values of one family are adjusted with Holm's step-down method (it controls the family-wise
 error rate; statsmodels is not a dependency, so it is implemented here).
+Also Krippendorff's ordinal alpha of a raters x units matrix (`ordinal_alpha`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from itertools import combinations
 from typing import Sequence
 
+import krippendorff
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -19,6 +21,19 @@ from scipy import stats
 from analysis.columns import N
 
 ALPHA = 0.05
+
+
+def ordinal_alpha(matrix: np.ndarray) -> float:
+    """Krippendorff's ordinal alpha of a raters x units matrix (NaN: not rated), over the units
+    with at least two values; NaN when it is undefined (no such unit, or one value observed)."""
+    matrix = np.asarray(matrix, dtype=float)
+    if matrix.ndim != 2 or matrix.shape[0] < 2:
+        return float("nan")
+    usable = np.sum(~np.isnan(matrix), axis=0) >= 2
+    m = matrix[:, usable]
+    if m.size == 0 or np.unique(m[~np.isnan(m)]).size < 2:
+        return float("nan")
+    return float(krippendorff.alpha(reliability_data=m, level_of_measurement="ordinal"))
 
 
 def holm(pvalues) -> np.ndarray:

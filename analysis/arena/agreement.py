@@ -27,9 +27,13 @@ import pandas as pd
 from scipy import stats
 from sklearn.metrics import cohen_kappa_score
 
-from analysis.arena.data import CARD_ID, COUNSELOR, EXPERT, MODEL_LABEL, OVERALL, RANK, SCALE, VARIANT, model_label
-from analysis.arena.passing import ordered_roles, total_col
+from analysis.arena.data import (
+    CARD_ID, COUNSELOR, EXPERT, MODEL_LABEL, OVERALL, RANK, SCALE, VARIANT, load_frame, load_sessions, model_label,
+    session_frame,
+)
+from analysis.arena.passing import ordered_roles, session_results, total_col
 from analysis.arena.tables import iteration0, norm_col, with_normalized
+from analysis.columns import JUDGE, JUDGE_TYPE, JUDGE_TYPE_HUMAN
 from jobs.core.rubric import Rubric
 
 N = "n"
@@ -160,3 +164,32 @@ def agreement_tables(rankings: pd.DataFrame, frame: pd.DataFrame, rubrics: Mappi
     order = [s for s in [*ordered_roles(rubrics), OVERALL] if s in named]
     order += sorted(named - set(order))
     return {"pairs": pairs, "kappa": kappa_table(pairs, order), "spearman": spearman_table(pairs, order)}
+
+
+def human_rankings(scores: pd.DataFrame, sessions: pd.DataFrame | None, rubrics: Mapping[str, Rubric]) -> pd.DataFrame:
+    """Rankings in the rankings table's layout made from human raters' scale scores (the rating
+    app's): per rater, card and scale, the iteration-0 sessions the rater scored, ranked by the
+    rater's total (1 = highest; ties share the mean rank)."""
+    cols = [EXPERT, CARD_ID, SCALE, COUNSELOR, VARIANT, RANK]
+    parts = []
+    human = scores[(scores[JUDGE_TYPE] == JUDGE_TYPE_HUMAN) & scores[JUDGE].notna()]
+    for rater in sorted(human[JUDGE].unique()):
+        results = session_results(human[human[JUDGE] == rater], rubrics, human=True)
+        f = iteration0(session_frame(sessions, results))
+        for role in ordered_roles(rubrics):
+            d = f.dropna(subset=[total_col(role)])
+            parts.append(pd.DataFrame({EXPERT: rater, CARD_ID: d[CARD_ID], SCALE: role, COUNSELOR: d[COUNSELOR],
+                                       VARIANT: d[VARIANT],
+                                       RANK: d.groupby(CARD_ID)[total_col(role)].rank(ascending=False, method="average")}))
+    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
+
+
+def human_agreement(run_dir, scores: pd.DataFrame, rubrics) -> pd.DataFrame:
+    """`kappa_table` of the human raters' preferences (from their scale totals, `human_rankings`)
+    with the evaluation's, per scale and pair of models: the agreement the rating app's lead page
+    shows (`conf/arena/rate.yaml`). `rubrics`: the scales (a list, or a mapping by role)."""
+    by_role = dict(rubrics) if isinstance(rubrics, Mapping) else {r.evaluator_role: r for r in rubrics}
+    rankings = human_rankings(scores, load_sessions(run_dir), by_role)
+    if rankings.empty:
+        return kappa_table(pd.DataFrame(columns=[SCALE, MODEL_LABEL]), [])
+    return agreement_tables(rankings, load_frame(run_dir, scores, by_role), by_role)["kappa"]

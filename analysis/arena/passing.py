@@ -21,7 +21,9 @@ from typing import Mapping
 
 import pandas as pd
 
-from analysis.columns import EVALUATION_KEY, ITEM, RUBRIC, SCORE_VALUE, STATUS, SUBJECT_ID, SUBJECT_TYPE
+from analysis.columns import (
+    EVALUATION_KEY, ITEM, JUDGE_TYPE, JUDGE_TYPE_HUMAN, RUBRIC, SCORE_VALUE, STATUS, SUBJECT_ID, SUBJECT_TYPE,
+)
 from analysis.scores import wide_view
 from jobs.core.rubric import Rubric
 from jobs.core.schemas import STATUS_OK
@@ -83,21 +85,25 @@ def passes(total: pd.Series, rubric: Rubric) -> pd.Series:
     return ok.astype("boolean").where(t.notna(), pd.NA)
 
 
-def session_scores(scores_df: pd.DataFrame) -> pd.DataFrame:
-    """The rows of SCORES about sessions."""
+def session_scores(scores_df: pd.DataFrame, human: bool = False) -> pd.DataFrame:
+    """The rows of SCORES about sessions: the evaluation's (default), or with `human` only the
+    human raters' (the rating app's, `jobs.rate`), which never count in a pass rate."""
     if scores_df is None or scores_df.empty:
         return pd.DataFrame(columns=list(scores_df.columns) if scores_df is not None else [SUBJECT_ID])
-    return scores_df[scores_df[SUBJECT_TYPE] == SUBJECT_SESSION]
+    s = scores_df[scores_df[SUBJECT_TYPE] == SUBJECT_SESSION]
+    if JUDGE_TYPE in s.columns:
+        s = s[(s[JUDGE_TYPE] == JUDGE_TYPE_HUMAN) == human]
+    return s
 
 
-def evaluation_totals(scores_df: pd.DataFrame, rubric: Rubric) -> pd.DataFrame:
+def evaluation_totals(scores_df: pd.DataFrame, rubric: Rubric, human: bool = False) -> pd.DataFrame:
     """One row per evaluation of `rubric` (a session, an evaluator): the evaluation key, the
     items (NaN unless ok) and `total` (NaN when an item is missing)."""
     _total(rubric)
-    return wide_view(session_scores(scores_df), rubric)
+    return wide_view(session_scores(scores_df, human), rubric)
 
 
-def session_results(scores_df: pd.DataFrame, rubrics: Mapping[str, Rubric]) -> pd.DataFrame:
+def session_results(scores_df: pd.DataFrame, rubrics: Mapping[str, Rubric], human: bool = False) -> pd.DataFrame:
     """One row per session (`subject_id`, sorted) with, for each role of `rubrics` (client,
     supervisor, counselor): `<role>_total` (mean over that scale's evaluators of their valid
     `total`), `<role>_n` (how many evaluators' totals counted), `<role>_pass` (the mean total
@@ -107,11 +113,11 @@ def session_results(scores_df: pd.DataFrame, rubrics: Mapping[str, Rubric]) -> p
     A session appears as soon as any of its scales has a score row, whatever its status.
     """
     roles = ordered_roles(rubrics)
-    s = session_scores(scores_df)
+    s = session_scores(scores_df, human)
     per_role = {}
     subjects: set[str] = set()
     for role in roles:
-        wide = evaluation_totals(s, rubrics[role])
+        wide = evaluation_totals(s, rubrics[role], human)
         subjects |= set(wide[SUBJECT_ID].astype(str))
         valid = wide[wide[TOTAL].notna()]
         per_role[role] = valid.groupby(SUBJECT_ID)[TOTAL].agg(["mean", "size"])

@@ -305,6 +305,11 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
     if found.complete:
         frame = session_frame(sessions, session_results(scores, found.rubrics))
         items = item_scores(scores, found.rubrics)
+        # Raters' scale scores (the rating app, jobs.rate) count as rankings: each rater's totals
+        # rank the sessions of a card, beside the imported expert rankings.
+        rated = ag.human_rankings(scores, sessions, found.rubrics)
+        if len(rated):
+            rankings = rated if rankings is None else pd.concat([rankings, rated], ignore_index=True)
     _cards(w, cards)
     _sessions(w, sessions, frame, scores)
     if frame is None or frame.empty:

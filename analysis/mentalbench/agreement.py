@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import re
 
-import krippendorff
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from analysis.columns import CONTEXT_ID, HUMAN_LABEL, JUDGE, N, RESPONDER, SCORE
 from analysis.mentalbench.data import Ratings, as_ratings
-from analysis.stats import holm
+from analysis.stats import holm, ordinal_alpha
 
 _KEYS = [CONTEXT_ID, RESPONDER]
 
@@ -50,14 +49,7 @@ def families_from_names(names) -> dict[str, str]:
     return {n: f for n in names if (f := infer_family(n)) is not None}
 
 
-def _alpha(matrix: np.ndarray) -> float:
-    """Ordinal alpha of a raters x items matrix, NaN when it is undefined (no pairable values
-    or a single observed value)."""
-    usable = np.sum(~np.isnan(matrix), axis=0) >= 2
-    m = matrix[:, usable]
-    if m.size == 0 or np.unique(m[~np.isnan(m)]).size < 2:
-        return float("nan")
-    return float(krippendorff.alpha(reliability_data=m, level_of_measurement="ordinal"))
+_alpha = ordinal_alpha  # the shared rule (analysis.stats), also the rating app's
 
 
 def krippendorff_table(data: Ratings | pd.DataFrame) -> pd.DataFrame:

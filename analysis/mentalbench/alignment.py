@@ -15,7 +15,7 @@ import pandas as pd
 from analysis.columns import (
     ATTRIBUTE, AVERAGE_LABEL, CONTEXT_ID, HUMAN_SCORE, JUDGE, N, RESPONDER, VALUE,
 )
-from analysis.mentalbench.data import Ratings, as_ratings
+from analysis.mentalbench.data import RUBRIC, Ratings, as_ratings, ratings
 from analysis.mentalbench.tables import responder_order
 from analysis.stats import ALPHA, pairwise_ttests
 
@@ -75,6 +75,12 @@ def alignment_factor(data: Ratings | pd.DataFrame) -> pd.DataFrame:
     out = out.reindex([jd for jd in r.judges if jd in out.index])
     out.index.name = JUDGE
     return out
+
+
+def human_agreement(run_dir, scores: pd.DataFrame, rubrics) -> pd.DataFrame:
+    """`alignment_factor` of a run's SCORES rows on its MentalBench rubric (the first of
+    `rubrics`): the agreement the rating app's lead page shows (`conf/mentalbench/rate.yaml`)."""
+    return alignment_factor(ratings(scores, rubrics[0] if rubrics else RUBRIC))
 
 
 def alignment_by_responder(data: Ratings | pd.DataFrame, judge: str) -> pd.DataFrame:

@@ -150,6 +150,13 @@ def human_correlation(wide: pd.DataFrame, rubric: Rubric) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index([RATER, MEASURE])[cols]
 
 
+def human_agreement(run_dir, scores: pd.DataFrame, rubrics) -> pd.DataFrame:
+    """`human_correlation` of a run's SCORES rows on the panel rubric (the first of `rubrics`):
+    the agreement the rating app's lead page shows (`conf/sqpsych/rate.yaml`)."""
+    rubric = rubrics[0]
+    return human_correlation(panel_frame(scores, rubric), rubric)
+
+
 def provenance(scores: pd.DataFrame, rubric: Rubric) -> pd.DataFrame:
     """Per judge of the panel rubric on dialogues: its type, evaluations, how many had every item
     valid (complete) or none (unusable), and the item rows per status."""
