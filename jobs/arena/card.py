@@ -21,11 +21,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from jobs.arena.taxonomy import Taxonomy, load_taxonomy
+if TYPE_CHECKING:
+    from jobs.arena.taxonomy import Taxonomy
 
 UNKNOWN = "unknown"
 
@@ -79,6 +80,8 @@ class NpcCard(BaseModel):
         topic by their titles (`taxonomy`: the one the card was checked against; default the
         bundled file)."""
         if taxonomy is None:
+            from jobs.arena.taxonomy import load_taxonomy
+
             taxonomy = load_taxonomy()
         theme = taxonomy.themes.get(self.theme)
         topic = next((t.title for t in theme.topics if t.id == self.topic), self.topic) if theme else self.topic
