@@ -11,9 +11,12 @@ prompts read (`{questionnaire}`), laid out like the SQPsych paper's Figure 8:
     ...
     ## Questionnaire BDI
     Question BDI1: Sadness
-    Answer: On many days I feel low and sad.
+    Answer: I often feel down or sad.
     ...
-    Total Score: 14 - mild depression
+    Total Score: 14 - mild to moderate depression
+
+The BDI is the paper's BDI-I (with its supplementary diet question BDI_DIAET after item 19),
+not the BDI-II. A field or answer the record lacks reads "not recorded".
 
 A codebook file is checked against the scale's structure (`records.SCALES`) when it is loaded:
 every item present, every value of its range described, the bands covering 0..max total without
@@ -53,6 +56,18 @@ class ItemCodebook(_Strict):
         return f"{self.title}: {self.description}" if self.description else self.title
 
 
+NOT_RECORDED = "not recorded"  # what a profile says for a field or answer the record lacks
+
+
+class SupplementaryItem(_Strict):
+    """A question asked with an item but not part of the total (the BDI-I's BDI_DIAET)."""
+
+    title: str = Field(min_length=1)
+    after: str = Field(description="The item it is asked with; the profile shows it right after that item.")
+    field: str = Field("bdi_diet", description="The record field holding its value.")
+    values: dict[int, str] = Field(min_length=1)
+
+
 class ScaleCodebook(_Strict):
     """One questionnaire's codebook file, checked against `records.SCALES[scale]`."""
 
@@ -63,12 +78,18 @@ class ScaleCodebook(_Strict):
     unit: str = Field(description="What the bands grade (depression, anxiety).")
     bands: list[Band] = Field(min_length=1, description="Total score -> severity, in order.")
     items: dict[str, ItemCodebook]
+    supplementary: dict[str, SupplementaryItem] = Field(
+        default_factory=dict, description="Extra questions shown after an item, not counted in the total.")
 
     @model_validator(mode="after")
     def _matches_scale(self) -> "ScaleCodebook":
         if self.scale not in SCALES:
             raise ValueError(f"scale {self.scale!r} is not one of {sorted(SCALES)}")
         scale = SCALES[self.scale]
+        for code, extra in self.supplementary.items():
+            if extra.after not in scale.codes or extra.field not in FLAT_FIELDS:
+                raise ValueError(f"supplementary {code}: `after` must be an item of {self.scale} and `field` a "
+                                 f"record field; got after={extra.after!r}, field={extra.field!r}")
         missing = [c for c in scale.codes if c not in self.items]
         extra = [c for c in self.items if c not in scale.codes]
         if missing or extra:
@@ -143,11 +164,12 @@ class Codebook:
         return None if value is None or value == "" else d.words(field, value)
 
     def patient_block(self, record: ClientRecord) -> list[str]:
+        """Every field the codebook lists, in its order; one the record lacks says "not recorded"
+        (real cohorts have gaps; the client is kept)."""
         lines = [f"# {self.demographics.title}"]
         for field, label in self.demographics.fields.items():
             value = self._field_value(record, field)
-            if value is not None:
-                lines.append(f"{label}: {value}")
+            lines.append(f"{label}: {NOT_RECORDED if value is None else value}")
         return lines
 
     def questionnaire_block(self, record: ClientRecord, scale: str) -> list[str]:
@@ -156,9 +178,15 @@ class Codebook:
             return []
         book = self.scales[scale]
         lines = [f"## Questionnaire {SCALES[scale].prefix}"]
+        extras = {extra.after: (code, extra) for code, extra in book.supplementary.items()}
         for code, value in values.items():
             lines.append(f"Question {code}: {book.items[code].question()}")
             lines.append(f"Answer: {book.answer(code, value)}")
+            if code in extras:
+                extra_code, extra = extras[code]
+                answer = getattr(record, extra.field)
+                lines.append(f"Question {extra_code}: {extra.title}")
+                lines.append(f"Answer: {NOT_RECORDED if answer is None else extra.values[answer]}")
         total = record.total(scale)
         lines.append(f"{book.total_label}: {total} - {book.band(total)}")
         return lines

@@ -15,9 +15,19 @@ from typing import Any, Literal, Mapping, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 GROUPS = ("control", "mdd")
+YES_NO = {"yes": 1, "no": 0, "y": 1, "n": 0, "true": 1, "false": 0, "ja": 1, "nein": 0}
 SPLITS = ("train", "dev", "test")
 Group = Literal["control", "mdd"]
 Split = Literal["train", "dev", "test"]
+
+# The paper's Table 3: clients per split and group (test 253 = 117 control + 136 MDD, dev 144 =
+# 106 + 38; train the rest of the 1,178 control and 912 MDD). Not stratified: the test split has
+# more MDD clients than the cohort's mix, the dev split fewer.
+PAPER_SPLIT_GROUPS: dict[str, dict[str, int]] = {
+    "test": {"control": 117, "mdd": 136},
+    "dev": {"control": 106, "mdd": 38},
+    "train": {"control": 1178 - 117 - 106, "mdd": 912 - 136 - 38},
+}
 
 
 @dataclass(frozen=True)
@@ -45,9 +55,11 @@ class Scale:
         return self.max_values[n - 1] if 1 <= n <= len(self.max_values) else None
 
 
-# BDI-II: 21 items, each 0-3 (Beck, Steer & Brown 1996). Items 16 (sleep) and 18 (appetite)
-# have a/b variants of 1-3 (more or less); a record keeps the level, as the total does.
-BDI = Scale("bdi", "BDI", "Beck Depression Inventory-II", (3,) * 21)
+# BDI-I: 21 items, each 0-3 (Beck et al. 1961; Beck & Beamesderfer 1974), the version the SQPsych
+# paper's cohort answered (its Figure 8), not the BDI-II. Its weight-loss item 19 comes with the
+# supplementary yes/no question BDI_DIAET (deliberate dieting; the record's `bdi_diet`), which
+# is not part of the total.
+BDI = Scale("bdi", "BDI", "Beck Depression Inventory (BDI-I)", (3,) * 21)
 # HAM-D 17 (Hamilton 1960): nine items 0-4, eight items 0-2 (insomnia x3, gastrointestinal,
 # general somatic, genital, weight loss, insight); total 0-52. Weight loss "not assessed" (3 in
 # some sheets) is a missing value, not a score.
@@ -118,6 +130,9 @@ class Demographics(_Strict):
     education: str | None = Field(None, description="Highest education, a code or text.")
     living_situation: str | None = Field(None, description="Code (alone, partner, family, ...) or text.")
     work_situation: str | None = Field(None, description="Code (employed, unemployed, student, ...) or text.")
+    marital_status: str | None = Field(None, description="Code (single, married, ...) or text.")
+    children: int | None = Field(None, ge=0, description="Number of children.")
+    siblings: int | None = Field(None, ge=0, description="Number of siblings.")
 
 
 class ClinicalHistory(_Strict):
@@ -129,6 +144,12 @@ class ClinicalHistory(_Strict):
     onset_age: int | None = Field(None, ge=0, le=120, description="Age at the first episode.")
     family_history: str | None = Field(None, description="Affective disorders in the family: yes, no, unknown, or text.")
     medication: str | None = Field(None, description="Current psychiatric medication, or none.")
+    comorbidity: str | None = Field(None, description="Other current diagnoses (text), or none.")
+    psychiatric_history: str | None = Field(None, description="Earlier psychiatric history in words.")
+    hospitalizations: int | None = Field(None, ge=0, description="Number of psychiatric inpatient stays.")
+    inpatient_weeks: float | None = Field(None, ge=0, description="Total duration of inpatient treatment, weeks.")
+    outpatient_weeks: float | None = Field(None, ge=0, description="Total duration of outpatient treatment, weeks.")
+    psychotherapy: str | None = Field(None, description="Psychotherapy so far: code (none, current, past) or text.")
 
 
 class ClientRecord(_Strict):
@@ -137,7 +158,10 @@ class ClientRecord(_Strict):
     client_id: str = Field(min_length=1, description="Unique within the cohort; the profiles' key.")
     demographics: Demographics = Field(default_factory=Demographics)
     history: ClinicalHistory = Field(default_factory=ClinicalHistory)
-    bdi: dict[str, int] | None = Field(None, description="BDI-II, 21 items 0-3.")
+    bdi: dict[str, int] | None = Field(None, description="BDI-I, 21 items 0-3.")
+    bdi_diet: int | None = Field(
+        None, ge=0, le=1, description="BDI_DIAET, asked with BDI item 19: deliberately eating less to lose "
+        "weight (1 yes, 0 no); not part of the total. Also read from yes/no, true/false.")
     hamd: dict[str, int] | None = Field(None, description="HAM-D 17, items 0-4 or 0-2.")
     hama: dict[str, int] | None = Field(None, description="HAM-A, 14 items 0-4.")
     group: Group = Field(description="control (healthy) or mdd (major depressive disorder).")
@@ -157,6 +181,15 @@ class ClientRecord(_Strict):
             raise ValueError(f"client {client}: " + "; ".join(p.describe() for p in problems))
         return {code: as_item_value(values[code]) for code in scale.codes}
 
+    @field_validator("bdi_diet", mode="before")
+    @classmethod
+    def _yes_no(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            word = value.strip().lower()
+            if word in YES_NO:
+                return YES_NO[word]
+        return value
+
     @model_validator(mode="after")
     def _onset_before_age(self) -> "ClientRecord":
         age, onset = self.demographics.age, self.history.onset_age
@@ -175,6 +208,7 @@ FLAT_FIELDS: dict[str, tuple[str, ...]] = {
     "client_id": ("client_id",),
     "group": ("group",),
     "split": ("split",),
+    "bdi_diet": ("bdi_diet",),
     **{f: ("demographics", f) for f in Demographics.model_fields},
     **{f: ("history", f) for f in ClinicalHistory.model_fields},
 }
