@@ -21,6 +21,7 @@ import pandas as pd
 from analysis import figures
 from analysis.columns import AVERAGE_LABEL, HUMAN_LABEL, N
 from analysis.scores import load_scores
+from analysis.sqpsych import agreement as ag
 from analysis.sqpsych import panel as pn
 from analysis.sqpsych.data import (
     GROUP, MODEL, PANEL_RUBRIC, PREFERENCE_RUBRIC, PROFILE_STATUS, ROLES, load_dialogues, load_profiles, ok_dialogues,
@@ -163,17 +164,27 @@ def _panel(w: ReportWriter, scores: pd.DataFrame, rubric: Rubric | None, why: st
 
 
 def _correlation(w: ReportWriter, wide: pd.DataFrame | None, rubric: Rubric | None) -> None:
-    sec = w.section("correlation", "Agreement of the LLM judges with human experts (Pearson r)")
+    sec = w.section("correlation", "Agreement: LLM judges with human experts (Pearson r, Spearman rho) and with each other")
     if wide is None or rubric is None:
         w.missing(sec, "No panel scores: no correlation with human experts.")
         return
+    if len(pn.raters(wide)) > 1:
+        last = list(rubric.aggregates)[-1]
+        w.table(sec, ag.judge_matrix(wide, rubric), "panel_judge_matrix",
+                f"Rater x rater Pearson r of the {last} over the dialogues both scored",
+                f"Missing below {pn.MIN_PAIRS} common dialogues or when one side is constant.", digits=3)
+    gap = ag.self_preference(wide, rubric)
+    if not gap.empty:
+        w.table(sec, gap, "panel_self_preference", "Self-preference gap of judges that scored their own model",
+                "gap = (own - other) - (peers_own - peers_other): how much more the judge favours its own model's "
+                "dialogues than the other judges do. Only with allow_self_judging=true.", digits=2)
     if not pn.has_human(wide) or not pn.llm_judges(wide):
         w.missing(sec, "The correlation needs both LLM-judge and human-expert scores on the same dialogues; "
                   "this run lacks " + ("human expert scores." if not pn.has_human(wide) else "LLM-judge scores."))
         return
-    w.table(sec, pn.human_correlation(wide, rubric), "panel_human_correlation",
-            "Pearson correlation of each LLM judge with the human experts",
-            "scipy.stats.pearsonr over the dialogues both the judge and the experts scored (n pairs); "
+    w.table(sec, ag.with_spearman(pn.human_correlation(wide, rubric), wide, rubric), "panel_human_correlation",
+            "Pearson and Spearman correlation of each LLM judge with the human experts",
+            "scipy.stats.pearsonr / spearmanr over the dialogues both the judge and the experts scored (n pairs); "
             f"'{pn.ITEMS_POOLED}' pairs every item of every such dialogue. Several experts on one dialogue are "
             f"averaged first. p: two-sided, uncorrected (p < {ALPHA} is the usual mark). r is missing, with the "
             f"reason, below {pn.MIN_PAIRS} pairs or when one side is constant.", digits=3)
