@@ -25,6 +25,7 @@ from jobs.import_ratings_config import RatingsImportConfig
 from serving.config import GenerationOverrides
 from serving.configfiles import ConfigError, data_path, find_file, validated
 from serving.deploy import ServingConfig
+from serving.governance import configure as configure_governance
 
 __all__ = ["ChainConfig", "ColumnMapping", "ConfigError", "DatasetConfig", "GenerateConfig",
            "JudgeConfig", "PromptConfig", "RunConfig", "method_config", "run_entrypoint", "validate"]
@@ -268,6 +269,7 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
         data["run_dir"] = run_dir
         check_run_dir(run_dir)
         cfg = validate(data, model_cls, where)
+        configure_governance(getattr(getattr(cfg, "cluster", None), "internal_suffixes", ()))
         if not getattr(cfg, "verbose", False):
             # Hydra sets the root logger to INFO: our libraries' and Ray's chatter would land
             # between the progress bars. The job prints what a user needs itself.
