@@ -202,8 +202,10 @@ def print_plan(desc: str, n_subjects: int, what: str, judges: list, overrides: G
 
 def planned_profiles(cfg: Any, run_dir: Path) -> int | None:
     """Profiles the chain will have, for a dry run before synthesis: those written, else the
-    dataset's limit; None when unknown."""
-    return len(read_profiles(run_dir)) or getattr(getattr(cfg, "dataset", None), "limit", None)
+    dataset's limit, else a synthetic cohort's size; None when unknown."""
+    dataset = getattr(cfg, "dataset", None)
+    size = getattr(dataset, "size", None) if getattr(dataset, "source", None) == "synthetic" else None
+    return len(read_profiles(run_dir)) or getattr(dataset, "limit", None) or size
 
 
 def planned_dialogues(cfg: Any, run_dir: Path) -> int | None:
@@ -212,8 +214,8 @@ def planned_dialogues(cfg: Any, run_dir: Path) -> int | None:
     models = getattr(cfg, "models", None) or []
     n_profiles = planned_profiles(cfg, run_dir)
     sample = getattr(cfg, "panel_sample", None)
-    if n_profiles and sample:
-        n_profiles = min(n_profiles, sum(sample.values()))
+    if sample:  # the paper's sample: at most sum(sample) per model, known before any profile exists
+        n_profiles = min(n_profiles, sum(sample.values())) if n_profiles else sum(sample.values())
     return n_profiles * len(models) if n_profiles and models else None
 
 
