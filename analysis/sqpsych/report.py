@@ -29,7 +29,7 @@ from analysis.sqpsych.data import (
 )
 from analysis.sqpsych.preference import preference_tables, verdict_codes
 from analysis.sqpsych.readability import readability_table
-from analysis.sqpsych.stats import dataset_table, ending_table
+from analysis.sqpsych.stats import corpus_totals, dataset_table, ending_table
 from analysis.stats import ALPHA
 from analysis.writer import ReportWriter, Section, slug
 from jobs.rubric import Rubric, load_rubric
@@ -96,9 +96,15 @@ def _statistics(w: ReportWriter, utts: pd.DataFrame, profiles: pd.DataFrame | No
     if profiles is None or GROUP not in profiles.columns:
         w.missing(sec, "Table 8 (per group, control / MDD) needs the profiles table, which this run lacks.")
         return
-    _split_table(w, sec, dataset_table(with_groups(utts, profiles), by=[MODEL, GROUP]), "table8_dataset_stats_by_group",
+    grouped = with_groups(utts, profiles)
+    _split_table(w, sec, dataset_table(grouped, by=[MODEL, GROUP]), "table8_dataset_stats_by_group",
                  "Table 8. Dataset statistics per therapist model and client group",
                  note + " A dialogue whose profile is not in the profiles table has an empty group.")
+    w.table(sec, corpus_totals(grouped, by=[MODEL, GROUP]), "table8_corpus_totals",
+            "Table 8. Corpus totals per therapist model and client group, and over all",
+            "Sums over the utterances of finished dialogues. Tokens: the serving engine's completion tokens "
+            "(each model's own tokenizer; for a reasoning model they include its trace, which the text does "
+            "not); tokens_missing counts utterances without a count.", digits=0)
 
 
 def _split_table(w: ReportWriter, sec: Section, table: pd.DataFrame, name: str, caption: str, note: str) -> None:
