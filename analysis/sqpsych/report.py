@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import html
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -22,6 +23,7 @@ from analysis import figures
 from analysis.columns import AVERAGE_LABEL, HUMAN_LABEL, N
 from analysis.scores import load_scores
 from analysis.sqpsych import agreement as ag
+from analysis.sqpsych.leakage import FLAG_SPAN as LEAK_SPAN
 from analysis.sqpsych import panel as pn
 from analysis.sqpsych.data import (
     GROUP, MODEL, PANEL_RUBRIC, PREFERENCE_RUBRIC, PROFILE_STATUS, ROLES, load_dialogues, load_profiles, ok_dialogues,
@@ -251,10 +253,17 @@ def _export(w: ReportWriter, run_dir: Path) -> None:
     rows = []
     for f in files:
         with f.open(encoding="utf-8") as fh:
-            lines = sum(1 for line in fh if line.strip())
-        rows.append({"file": f"{EXPORT_DIR}/{f.name}", "dialogues": lines, "bytes": f.stat().st_size})
+            meta = [json.loads(line).get("metadata", {}) for line in fh if line.strip()]
+        runs = [m.get("leakage_longest_run") for m in meta if m.get("leakage_longest_run") is not None]
+        rows.append({"file": f"{EXPORT_DIR}/{f.name}", "dialogues": len(meta), "bytes": f.stat().st_size,
+                     "splits": ",".join(sorted({str(m.get("split")) for m in meta})),
+                     "sensitivity": ",".join(sorted({str(m.get("sensitivity")) for m in meta})),
+                     "leakage_flagged": sum(r >= LEAK_SPAN for r in runs),
+                     "longest_verbatim_run": max(runs) if runs else None})
     w.table(sec, pd.DataFrame(rows).set_index("file"), "export_files",
-            "Exported files: one line per finished dialogue, one file per therapist model")
+            "Exported files: one line per finished dialogue, one file per therapist model",
+            f"Leakage audit: leakage_flagged counts dialogues that repeat {LEAK_SPAN}+ consecutive words of their "
+            "client record (longest_verbatim_run: the longest such run in the file); the manifest lists them.")
 
 
 def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,

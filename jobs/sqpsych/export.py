@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+from analysis.sqpsych.leakage import FLAG_SPAN, longest_shared_run, words
 from jobs.sqpsych.schemas import PROFILES
 
 from jobs.schemas import DIALOGUES, STATUS_OK
@@ -132,8 +133,8 @@ def _sensitivity(profile: dict[str, Any] | None) -> str:
 
 
 def read_profile_labels(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """context_id -> {split, sensitivity} from the cohort step's table (empty when absent)."""
-    df = TableStore(run_dir, PROFILES).read(columns=["context_id", "split", "sensitivity"])
+    """context_id -> {split, sensitivity, profile} from the cohort step's table (empty when absent)."""
+    df = TableStore(run_dir, PROFILES).read(columns=["context_id", "split", "sensitivity", "profile"])
     return {str(r["context_id"]): r for r in df.to_dict("records")}
 
 
@@ -167,6 +168,7 @@ def export(run_dir: str | Path, cfg: ExportConfig | None = None) -> dict[str, An
     for model, group in dialogues.sort_values("dialogue_id").groupby("model", sort=True):
         left_out: Counter[str] = Counter()
         lines: list[str] = []
+        flagged: list[str] = []
         for row in group.to_dict("records"):
             if row.get("status") != STATUS_OK:
                 left_out[f"status {row.get('status')}"] += 1
@@ -185,12 +187,21 @@ def export(run_dir: str | Path, cfg: ExportConfig | None = None) -> dict[str, An
             if example is None:
                 left_out[why] += 1
                 continue
+            # The leakage audit: the longest verbatim run of the record the dialogue repeats.
+            text = " ".join(m["content"] for m in example["messages"] if m["role"] != "system")
+            run = longest_shared_run(words(text), words(profile.get("profile")))
+            example["metadata"]["leakage_longest_run"] = run
+            if run >= FLAG_SPAN:
+                flagged.append(str(row.get("dialogue_id")))
             lines.append(json.dumps(example, ensure_ascii=False))
             exported_sensitivity.append(example["metadata"]["sensitivity"])
         path = out_dir / file_name(str(model))
         _write_atomic(path, lines)
         manifest["models"][str(model)] = {"file": f"{EXPORT_DIR}/{path.name}", "dialogues": len(group),
-                                          "exported": len(lines), "left_out": dict(left_out)}
+                                          "exported": len(lines), "left_out": dict(left_out),
+                                          "leakage_flagged": flagged}
+    manifest["leakage"] = (f"an exported dialogue repeating {FLAG_SPAN}+ consecutive words of its client record "
+                           "is listed under leakage_flagged (analysis/sqpsych/leakage.py)")
     # The export is as restricted as its most restricted profile (an empty export as the run's cohort).
     every = exported_sensitivity or [_sensitivity(p) for p in labels.values()] or ["restricted"]
     manifest["sensitivity"] = "public" if all(x == "public" for x in every) else "restricted"
@@ -204,7 +215,9 @@ def summary(manifest: dict[str, Any]) -> str:
         why = "; ".join(f"{k}: {v}" for k, v in m["left_out"].items())
         lines.append(f"  {model}: {m['exported']} of {m['dialogues']} dialogue(s) -> {m['file']}"
                      + (f" (left out: {why})" if why else ""))
-    lines.append(f"  splits {manifest.get('splits')}; sensitivity: {manifest.get('sensitivity')}")
+    flagged = sum(len(m.get("leakage_flagged", [])) for m in manifest["models"].values())
+    lines.append(f"  splits {manifest.get('splits')}; sensitivity: {manifest.get('sensitivity')}; "
+                 f"leakage audit: {flagged} dialogue(s) repeat {FLAG_SPAN}+ words of their record")
     return "\n".join(lines)
 
 

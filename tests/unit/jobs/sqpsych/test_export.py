@@ -70,12 +70,13 @@ def test_one_file_per_therapist_model_one_line_per_finished_dialogue(tmp_path):
     assert first["metadata"] == {"dialogue_id": "p1|qwen", "profile": "p1", "model": "qwen",
                                  "client_model": "client-sim", "variant": None, "prompt_version": "sqpsych-v1",
                                  "first_speaker": "therapist", "n_turns": 5, "ended_by": "stop_token",
-                                 "run_id": "r", "split": "train", "sensitivity": "public"}
+                                 "run_id": "r", "split": "train", "sensitivity": "public",
+                                 "leakage_longest_run": 0}
     # consecutive client turns joined; the trailing client turn dropped (an example ends on the assistant)
     assert [(m["role"], m["content"]) for m in qwen[1]["messages"][1:]] == [
         ("assistant", "Hi."), ("user", "Hi.\n\nAlso this."), ("assistant", "Go on.")]
     assert manifest["models"]["qwen"] == {"file": "export/qwen.jsonl", "dialogues": 3, "exported": 2,
-                                          "left_out": {"status error": 1}}
+                                          "left_out": {"status error": 1}, "leakage_flagged": []}
     llama = manifest["models"]["llama/3"]
     assert llama["exported"] == 1 and "role 'narrator'" in next(iter(llama["left_out"]))
     [capped] = _lines(out / "llama-3.jsonl")
@@ -123,3 +124,16 @@ def test_the_test_split_stays_out_and_the_label_travels(tmp_path):
     assert asked["sensitivity"] == "restricted"
     only_public = export(tmp_path, ExportConfig(splits=["dev"]))
     assert only_public["sensitivity"] == "public"
+
+
+def test_the_leakage_audit_flags_a_recited_record_in_the_manifest(tmp_path):
+    turns = _turns(("therapist", "How is your energy?"), ("client", "My answer: I get tired from doing almost anything."),
+                   ("therapist", "Let's look at that."))
+    TableStore(tmp_path, DIALOGUES, writer=True).append([_dialogue("c1|m", "m", turns)])
+    TableStore(tmp_path, PROFILES, writer=True).append(
+        [{"context_id": "c1", "split": "train", "sensitivity": "restricted", "group": "mdd", "status": "ok",
+          "profile": "Question BDI17: Fatigability\nAnswer: I get tired from doing almost anything."}])
+    manifest = export(tmp_path)
+    assert manifest["models"]["m"]["leakage_flagged"] == ["c1|m"]
+    # "answer i get tired from doing almost anything": 8 words verbatim, the threshold
+    assert _lines(tmp_path / EXPORT_DIR / "m.jsonl")[0]["metadata"]["leakage_longest_run"] == 8
