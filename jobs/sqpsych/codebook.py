@@ -181,14 +181,18 @@ class Codebook:
         extras = {extra.after: (code, extra) for code, extra in book.supplementary.items()}
         for code, value in values.items():
             lines.append(f"Question {code}: {book.items[code].question()}")
-            lines.append(f"Answer: {book.answer(code, value)}")
+            lines.append(f"Answer: {NOT_RECORDED if value is None else book.answer(code, value)}")
             if code in extras:
                 extra_code, extra = extras[code]
                 answer = getattr(record, extra.field)
                 lines.append(f"Question {extra_code}: {extra.title}")
                 lines.append(f"Answer: {NOT_RECORDED if answer is None else extra.values[answer]}")
         total = record.total(scale)
-        lines.append(f"{book.total_label}: {total} - {book.band(total)}")
+        if total is None:
+            missing = len(record.not_recorded(scale))
+            lines.append(f"{book.total_label}: not computed ({missing} item(s) not recorded)")
+        else:
+            lines.append(f"{book.total_label}: {total} - {book.band(total)}")
         return lines
 
     def render(self, record: ClientRecord) -> str:

@@ -7,8 +7,8 @@ A cohort is a dataset file (`conf/dataset/sqpsych_*.yaml`, a `CohortConfig`): ei
 synthetic generator (`source: synthetic`, `jobs/sqpsych/synthetic.py`) or a CSV read through a
 column mapping (`source: csv`): record fields by column name, questionnaire items by a column
 pattern such as `BDI{n}` or `bdi_{n:02d}`, and value recodings (`group: {HC: control}`).
-A record with an unknown item code, an out-of-range or non-integer value, a missing item or a
-bad field is a `BadRecord` naming the client, the item, the value and the CSV line; the other
+A record with an unknown item code, an out-of-range or non-integer value or a bad field is a
+`BadRecord` naming the client, the item, the value and the CSV line; the other
 records go on. A file that cannot be read as mapped (missing file, missing column) stops the
 step with an error naming the file, the key and the fix.
 
@@ -127,7 +127,7 @@ class BadRecord:
     client_id: str | None
     item: str
     value: Any
-    reason: str          # a category: unknown item code, out-of-range value (0-2), missing item, ...
+    reason: str          # a category: unknown item code, out-of-range value (0-2), not an integer, ...
     line: int | None = None  # the CSV line (the header is line 1); None for generated records
     detail: str = ""     # the record's other problems, if any
     key: str = ""        # its profiles row's key (load_cohort: the id, or id@line-N when taken)

@@ -101,13 +101,14 @@ def as_item_value(value: Any) -> int | None:
 
 
 def item_problems(scale: Scale, values: Mapping[str, Any]) -> list[ItemProblem]:
-    """Every problem of one questionnaire's values, in item order (unknown codes first)."""
+    """Every problem of one questionnaire's values, in item order (unknown codes first). An item
+    that is absent or blank is no problem: real cohorts have gaps, and the profile says "not
+    recorded" for it."""
     problems = [ItemProblem(code, v, "unknown item code") for code, v in values.items()
                 if scale.item_max(code) is None]
     for code in scale.codes:
-        if code not in values or values[code] is None:
-            problems.append(ItemProblem(code, None, "missing item"))
-            continue
+        if code not in values or values[code] is None or values[code] == "":
+            continue  # not recorded: the profile says so, the total is not computed
         value = as_item_value(values[code])
         if value is None:
             problems.append(ItemProblem(code, values[code], "not an integer"))
@@ -153,17 +154,18 @@ class ClinicalHistory(_Strict):
 
 
 class ClientRecord(_Strict):
-    """One client. Questionnaires are `{item code: value}`, complete, or None when not taken."""
+    """One client. Questionnaires are `{item code: value}` (a value None: not recorded), or None
+    when not taken."""
 
     client_id: str = Field(min_length=1, description="Unique within the cohort; the profiles' key.")
     demographics: Demographics = Field(default_factory=Demographics)
     history: ClinicalHistory = Field(default_factory=ClinicalHistory)
-    bdi: dict[str, int] | None = Field(None, description="BDI-I, 21 items 0-3.")
+    bdi: dict[str, int | None] | None = Field(None, description="BDI-I, 21 items 0-3.")
     bdi_diet: int | None = Field(
         None, ge=0, le=1, description="BDI_DIAET, asked with BDI item 19: deliberately eating less to lose "
         "weight (1 yes, 0 no); not part of the total. Also read from yes/no, true/false.")
-    hamd: dict[str, int] | None = Field(None, description="HAM-D 17, items 0-4 or 0-2.")
-    hama: dict[str, int] | None = Field(None, description="HAM-A, 14 items 0-4.")
+    hamd: dict[str, int | None] | None = Field(None, description="HAM-D 17, items 0-4 or 0-2.")
+    hama: dict[str, int | None] | None = Field(None, description="HAM-A, 14 items 0-4.")
     group: Group = Field(description="control (healthy) or mdd (major depressive disorder).")
     split: Split = Field(description="train, dev or test.")
 
@@ -179,7 +181,7 @@ class ClientRecord(_Strict):
         if problems:
             client = info.data.get("client_id", "?")
             raise ValueError(f"client {client}: " + "; ".join(p.describe() for p in problems))
-        return {code: as_item_value(values[code]) for code in scale.codes}
+        return {code: as_item_value(values.get(code)) for code in scale.codes}
 
     @field_validator("bdi_diet", mode="before")
     @classmethod
@@ -198,9 +200,17 @@ class ClientRecord(_Strict):
         return self
 
     def total(self, scale: str) -> int | None:
-        """The questionnaire's total score, None when it was not taken."""
+        """The questionnaire's total score; None when it was not taken or an item was not
+        recorded (never a partial sum that reads as complete)."""
         values = getattr(self, scale)
-        return None if values is None else sum(values.values())
+        if values is None or any(v is None for v in values.values()):
+            return None
+        return sum(values.values())
+
+    def not_recorded(self, scale: str) -> list[str]:
+        """The items of a taken questionnaire whose answer the record lacks."""
+        values = getattr(self, scale) or {}
+        return [code for code, v in values.items() if v is None]
 
 
 # Flat field names (as a CSV column mapping names them) -> where they live in the record.
