@@ -193,10 +193,14 @@ def plan_panel(dialogues: pd.DataFrame, profiles: pd.DataFrame, judges: list[str
     return pd.DataFrame(rows, columns=cols), missing
 
 
-def print_plan(desc: str, n_subjects: int, what: str, judges: list, overrides: GenerationOverrides) -> None:
-    """The plan before any subject exists (a paper-scale dry run): calls, tokens, GPUs."""
-    planned = pd.DataFrame({"model": [j.name for j in judges for _ in range(n_subjects)]})
-    print(f"{desc} (planned): {n_subjects} {what}, each judged by {len(judges)} judge(s)", flush=True)
+def print_plan(desc: str, n_subjects: int, what: str, judges: list, overrides: GenerationOverrides,
+               per_judge: dict[str, int] | None = None) -> None:
+    """The plan before any subject exists (a paper-scale dry run): calls, tokens, GPUs.
+    `per_judge`: calls of each judge where not every judge gets every subject."""
+    calls = per_judge or {j.name: n_subjects for j in judges}
+    planned = pd.DataFrame({"model": [j.name for j in judges for _ in range(calls.get(j.name, 0))]})
+    print(f"{desc} (planned): {n_subjects} {what}, each judged by {len(judges)} judge(s)"
+          + (f"; {sum(calls.values())} calls" if per_judge else ""), flush=True)
     print(plan_text(judges, planned, overrides), flush=True)
 
 
@@ -219,6 +223,17 @@ def planned_dialogues(cfg: Any, run_dir: Path) -> int | None:
     return n_profiles * len(models) if n_profiles and models else None
 
 
+def planned_calls(cfg: Any, n_dialogues: int) -> dict[str, int] | None:
+    """Per judge, the dialogues it will be asked about: all of them, less those of the therapist
+    models it plays (itself, or as the client of every model), unless self-judging is allowed."""
+    models = getattr(cfg, "models", None) or []
+    if getattr(cfg, "allow_self_judging", True) or not models:
+        return None
+    per_model = n_dialogues / len(models)
+    client = getattr(cfg, "client_model", None)
+    return {j: round(per_model * sum(1 for m in models if j not in {m, client or m})) for j in cfg.judges}
+
+
 # --- judging --------------------------------------------------------------------------------------
 
 
@@ -236,7 +251,7 @@ def run(cfg: PanelConfig) -> int:
             if n is None:
                 print("panel (planned): the run has no dialogues yet; nothing to plan", flush=True)
             else:
-                print_plan("panel", n, "dialogues", judges, cfg.judge_generation)
+                print_plan("panel", n, "dialogues", judges, cfg.judge_generation, planned_calls(cfg, n))
             return 0
         raise ConfigError(f"no finished dialogues in {run_dir / DIALOGUES.name}: run the synthesis on this run_dir first")
     profiles = read_profiles(run_dir)

@@ -64,3 +64,16 @@ def test_a_judge_is_not_asked_about_its_own_dialogues_unless_allowed(tmp_path, m
         assert panel.run(_cfg(tmp_path, allow_self_judging=True)) == 0
         assert [s["request_key"] for s in server.log_lines()] == ["c1|m1|m1|sqpsych_panel"]
     assert len(TableStore(tmp_path, SCORES).read()) == 4 * 18
+
+
+def test_the_paper_scale_plan_counts_calls_without_self_judging():
+    """Seven therapists, three of them judges: 35 dialogues x 3 judges less 3 x 5 own = 90 calls."""
+    from types import SimpleNamespace
+
+    from jobs.sqpsych.panel import planned_calls
+
+    cfg = SimpleNamespace(models=list("ABCDEFG"), judges=["A", "B", "X"], client_model=None, allow_self_judging=False)
+    assert planned_calls(cfg, 35) == {"A": 30, "B": 30, "X": 35}
+    assert planned_calls(SimpleNamespace(**{**vars(cfg), "allow_self_judging": True}), 35) is None
+    # a shared client simulator that is also a judge plays in every dialogue
+    assert planned_calls(SimpleNamespace(**{**vars(cfg), "client_model": "X"}), 35) == {"A": 30, "B": 30, "X": 0}
