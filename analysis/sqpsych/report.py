@@ -23,6 +23,7 @@ from analysis import figures
 from analysis.columns import AVERAGE_LABEL, HUMAN_LABEL, N
 from analysis.scores import load_scores
 from analysis.sqpsych import agreement as ag
+from analysis.sqpsych import validity as va
 from analysis.sqpsych.leakage import FLAG_SPAN as LEAK_SPAN
 from analysis.sqpsych import panel as pn
 from analysis.sqpsych.data import (
@@ -181,6 +182,14 @@ def _correlation(w: ReportWriter, wide: pd.DataFrame | None, rubric: Rubric | No
         w.table(sec, ag.judge_matrix(wide, rubric), "panel_judge_matrix",
                 f"Rater x rater Pearson r of the {last} over the dialogues both scored",
                 f"Missing below {pn.MIN_PAIRS} common dialogues or when one side is constant.", digits=3)
+    w.table(sec, va.mean_table_with_ci(wide, rubric), "panel_means_ci",
+            f"Mean {list(rubric.aggregates)[-1]} per rater and therapist model with its 95% bootstrap interval",
+            "scipy.stats.bootstrap, percentile, 9,999 resamples, seed 0; missing below two dialogues.", digits=2)
+    if len(pn.llm_judges(wide)) > 1:
+        w.table(sec, va.judge_agreement(wide, rubric), "panel_judge_agreement",
+                "Agreement across the LLM judges per aggregate",
+                "Krippendorff's alpha (interval; the krippendorff library) over every dialogue; ICC(2,k) "
+                "(Shrout & Fleiss) over the dialogues every judge scored.", digits=3)
     gap = ag.self_preference(wide, rubric)
     if not gap.empty:
         w.table(sec, gap, "panel_self_preference", "Self-preference gap of judges that scored their own model",
