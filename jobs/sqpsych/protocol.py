@@ -51,6 +51,8 @@ class Protocol(_Strict):
     prompts: dict[str, str] = Field(description="therapist, client_mdd, client_control -> prompt file.")
     system: Segment | None = Field(None, description="The system message's markers; None: the file has none.")
     user: Segment = Field(description="The user message's markers (searched after the system message).")
+    send_system: bool = Field(True, description="Send the file's system message. False where it is only the "
+                              "model's own template default (Qwen's), which the server adds by itself.")
     remove: list[str] = Field(default_factory=list, description="Strings removed from every raw answer "
                               "(the authors' post_process: `<|END_RESPONSE|>`, `<tool_call>`).")
     notes: str = ""
@@ -100,6 +102,8 @@ def protocol_name(model: ModelConfig, override: str | None = None) -> str:
 
 
 def prompt_messages(protocol: Protocol, prompt: str) -> tuple[str | None, str]:
-    """The (system, user) templates of one of the protocol's prompts."""
+    """The (system, user) templates of one of the protocol's prompts (system None when the
+    protocol does not send it)."""
     path = find_file(protocol.prompts[prompt], what=f"protocol {protocol.family} prompt {prompt}")
-    return split_messages(path.read_text(encoding="utf-8"), protocol, str(path))
+    system, user = split_messages(path.read_text(encoding="utf-8"), protocol, str(path))
+    return (system if protocol.send_system else None), user

@@ -12,7 +12,8 @@ import re
 
 import pytest
 
-from jobs.sqpsych.protocol import DEFAULT_PROTOCOL, PROMPTS, load_protocol, prompt_messages, protocol_name
+from jobs.sqpsych.protocol import (DEFAULT_PROTOCOL, PROMPTS, load_protocol, prompt_messages, protocol_name,
+                                   split_messages)
 from jobs.sqpsych.synthesize import SynthesizeConfig, build_specs
 from serving.configfiles import CONF_DIR, load_model
 from tests.unit.jobs.sqpsych.judging_helpers import RUN
@@ -41,7 +42,8 @@ def test_prompt_files_are_the_authors_and_split_into_their_words(family, shared_
         ours = (CONF_DIR / "sqpsych" / "prompts" / name).read_text(encoding="utf-8")
         theirs = (shared_data / "sqpsych" / "prompts" / name).read_text(encoding="utf-8")
         assert ours == theirs
-        system, user = prompt_messages(protocol, prompt)
+        system, user = split_messages(theirs, protocol)
+        assert prompt_messages(protocol, prompt) == ((system if protocol.send_system else None), user)
         assert "<|" not in (system or "") + user and "[INST]" not in user
         assert user.count("{questionnaire}") == 1 and user.count("{history}") == 1
         assert ((system or "") + " " + user).split() == TOKENS.sub(" ", theirs).split()
@@ -61,7 +63,10 @@ def test_the_variants_differ_as_the_files_say():
         assert ("at least 20 turns before using" in therapist(family)[1]) == (family != "qwen-2.5")
     assert "fewer than 128 words" in therapist("llama3")[1] and "fewer than 64 words" in therapist("gemma")[1]
     assert therapist("command")[0].startswith("# System Preamble")
-    assert therapist("qwen-2.5")[0] == "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+    # Qwen's system turn is its template's default: not sent (the server adds it for Qwen models)
+    assert therapist("qwen-2.5")[0] == "" and therapist("qwen_qwq")[0] == ""
+    assert split_messages((CONF_DIR / "sqpsych" / "prompts" / "therapist_qwen-2.5.txt").read_text(),
+                          load_protocol("qwen-2.5"))[0] == "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
     assert therapist("gemma")[0] == "" and therapist("mistral")[0] == ""
 
 
