@@ -93,10 +93,13 @@ def self_preference(wide: pd.DataFrame, rubric: Rubric, measure: str | None = No
         mine = rater_scores(wide, rubric, j)
         if not (mine[MODEL] == j).any():
             continue
-        peers = pd.concat([rater_scores(wide, rubric, k) for k in judges if k != j], ignore_index=True)
+        frames = [rater_scores(wide, rubric, k) for k in judges if k != j]
         own, other = mine.loc[mine[MODEL] == j, measure], mine.loc[mine[MODEL] != j, measure]
-        p_own = peers.loc[peers[MODEL] == j, measure] if len(peers) else pd.Series(dtype=float)
-        p_other = peers.loc[peers[MODEL] != j, measure] if len(peers) else pd.Series(dtype=float)
+        if frames:  # with no other judge the gap has no reference: NaN, never 0
+            peers = pd.concat(frames, ignore_index=True)
+            p_own, p_other = peers.loc[peers[MODEL] == j, measure], peers.loc[peers[MODEL] != j, measure]
+        else:
+            p_own = p_other = pd.Series(dtype=float)
         gap = (own.mean() - other.mean()) - (p_own.mean() - p_other.mean())
         rows.append({"judge": j, "own": own.mean(), "other": other.mean(), "peers_own": p_own.mean(),
                      "peers_other": p_other.mean(), "gap": gap, N: int(own.notna().sum())})

@@ -98,7 +98,8 @@ def _multi_label(answered: pd.DataFrame, label_set: list[str]) -> dict[str, floa
         "recall_weighted": recall_score(y_true, y_pred, average="weighted", zero_division=0),
         "f1_weighted": f1_score(y_true, y_pred, average="weighted", zero_division=0),
         "exact_match": float((y_true == y_pred).all(axis=1).mean()),
-        "f1_macro_parsed": f1_score(y_true[ok], y_pred[ok], average="macro", labels=parsed_present, zero_division=0),
+        "f1_macro_parsed": f1_score(y_true[ok], y_pred[ok], average="macro", labels=parsed_present, zero_division=0)
+        if ok.any() else np.nan,
     }
 
 

@@ -52,3 +52,11 @@ def test_self_preference_gap_is_the_difference_of_differences(tmp_path):
 
 def test_no_self_judging_no_gap(rubric, scores):  # noqa: F811
     assert self_preference(panel_frame(scores, rubric), rubric).empty
+
+
+def test_a_lone_judge_of_its_own_model_has_no_gap_not_an_error(tmp_path):
+    """The demo: the bundled model judges its own dialogue and nobody else judges."""
+    rubric = mini_panel(tmp_path)
+    rows = panel_rows(rubric, "d1", "A", "A", dict(zip(("t1", "t2", "c1"), TOTAL[5])))
+    gap = self_preference(panel_frame(scores_frame(rows), rubric), rubric)
+    assert gap.loc["A", "own"] == 5 and np.isnan(gap.loc["A", "gap"]) and gap.loc["A", "n"] == 1

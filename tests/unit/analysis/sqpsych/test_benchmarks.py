@@ -114,3 +114,12 @@ def test_a_run_without_benchmarks_says_so(tmp_path):
     w = ReportWriter(tmp_path / "report")
     benchmark_section(tmp_path, w)
     assert "were not run" in w.html("t", "") and not (tmp_path / "report" / "tables").exists()
+
+
+def test_a_task_whose_only_answer_is_unparseable_scores_zero_not_an_error():
+    """The demo: one CBT-Bench item whose one answer did not parse (main: no score; here 0, and
+    the parsed-only F1 undefined rather than a scikit-learn error on an empty array)."""
+    m = benchmark_metrics(pd.DataFrame([_row("cbt_pc", 1, ["helpless"], None, "parse_error")])).iloc[0]
+    assert (m["answered"], m["scored"], m["labels"]) == (1, 0, 1)
+    assert m["f1_macro"] == 0.0 and m["recall_macro"] == 0.0
+    assert "f1_macro_parsed" not in m or math.isnan(m["f1_macro_parsed"])
