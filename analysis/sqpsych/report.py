@@ -23,9 +23,10 @@ from analysis import figures
 from analysis.columns import AVERAGE_LABEL, HUMAN_LABEL, N
 from analysis.scores import load_scores
 from analysis.sqpsych import agreement as ag
+from analysis.sqpsych import fidelity as fd
+from analysis.sqpsych import panel as pn
 from analysis.sqpsych import validity as va
 from analysis.sqpsych.leakage import FLAG_SPAN as LEAK_SPAN
-from analysis.sqpsych import panel as pn
 from analysis.sqpsych.data import (
     GROUP, MODEL, PANEL_RUBRIC, PREFERENCE_RUBRIC, PROFILE_STATUS, ROLES, load_dialogues, load_profiles, ok_dialogues,
     utterances, with_groups,
@@ -207,6 +208,22 @@ def _correlation(w: ReportWriter, wide: pd.DataFrame | None, rubric: Rubric | No
             f"reason, below {pn.MIN_PAIRS} pairs or when one side is constant.", digits=3)
 
 
+def _fidelity(w: ReportWriter, scores: pd.DataFrame, run_dir: Path) -> None:
+    if scores.empty or not (scores["rubric"] == fd.FIDELITY_RUBRIC).any():
+        return  # the step is optional (beyond the paper): no section when it did not run
+    sec = w.section("fidelity", "Profile fidelity: the questionnaire read back from the dialogue")
+    folder = run_dir / "profiles"
+    profiles = pd.read_parquet(folder, columns=["context_id", "record"]) if folder.is_dir() else pd.DataFrame(
+        columns=["context_id", "record"])
+    table = fd.fidelity_table(scores, profiles)
+    w.table(sec, fd.fidelity_summary(table), "fidelity_summary",
+            "Weighted kappa of the judged questionnaire with the client's own record and with another client's",
+            "Quadratic-weighted Cohen's kappa per item over the model's dialogues (scikit-learn), averaged over the "
+            "items where it is defined; kappa_shuffled pairs each dialogue with the next client's record. "
+            "gap = kappa - kappa_shuffled: how much the dialogue carries its own client.", digits=3)
+    w.file_only(table, "fidelity_items", "Weighted kappa per model and item", digits=3)
+
+
 def _preference(w: ReportWriter, scores: pd.DataFrame, rubric: Rubric | None, why: str) -> None:
     sec = w.section("preference", "Pairwise preference (win / loss / draw)")
     if rubric is None:
@@ -299,6 +316,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
     panel, why = _load(panel_rubric)
     wide = _panel(w, scores, panel, why, dialogues)
     _correlation(w, wide, panel)
+    _fidelity(w, scores, run_dir)
     _preference(w, scores, *_load(preference_rubric))
     _benchmarks(w, run_dir)
     _export(w, run_dir)

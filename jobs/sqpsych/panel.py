@@ -241,6 +241,8 @@ def run(cfg: PanelConfig) -> int:
     if not cfg.judges:
         raise ConfigError("no judges: set judges=[model,...] (model files in conf/model/)")
     rubric = load_rubric(cfg.rubric)  # fail early on a bad rubric file
+    # The step's name in what it prints: another rubric on the panel's machinery says its own.
+    desc = "panel" if cfg.rubric == PanelConfig.model_fields["rubric"].default else cfg.rubric
     check_placeholders(rubric, SUBJECT_DIALOGUE, PANEL_PLACEHOLDERS)
     judges = [load_model(name) for name in cfg.judges]
     run_dir = Path(cfg.run_dir)
@@ -251,7 +253,7 @@ def run(cfg: PanelConfig) -> int:
             if n is None:
                 print("panel (planned): the run has no dialogues yet; nothing to plan", flush=True)
             else:
-                print_plan("panel", n, "dialogues", judges, cfg.judge_generation, planned_calls(cfg, n))
+                print_plan(desc, n, "dialogues", judges, cfg.judge_generation, planned_calls(cfg, n))
             return 0
         raise ConfigError(f"no finished dialogues in {run_dir / DIALOGUES.name}: run the synthesis on this run_dir first")
     profiles = read_profiles(run_dir)
@@ -275,4 +277,4 @@ def run(cfg: PanelConfig) -> int:
     if missing:
         print(f"warning: {missing} dialogue(s) were not judged: rubric {rubric.name!r} shows the profile and "
               f"{run_dir / PROFILES_DIR} has none for them", file=sys.stderr)
-    return judge_planned(cfg, rubric, judges, planned, sensitivity, "panel")
+    return judge_planned(cfg, rubric, judges, planned, sensitivity, desc)

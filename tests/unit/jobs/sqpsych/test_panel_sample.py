@@ -77,3 +77,21 @@ def test_the_paper_scale_plan_counts_calls_without_self_judging():
     assert planned_calls(SimpleNamespace(**{**vars(cfg), "allow_self_judging": True}), 35) is None
     # a shared client simulator that is also a judge plays in every dialogue
     assert planned_calls(SimpleNamespace(**{**vars(cfg), "client_model": "X"}), 35) == {"A": 30, "B": 30, "X": 0}
+
+
+def test_fidelity_judges_the_transcript_alone_on_its_own_rubric(tmp_path, monkeypatch):
+    """Beyond the paper: the questionnaire re-administered from the dialogue; the judge never
+    sees the profile (it would copy the answers)."""
+    from jobs.sqpsych import fidelity
+
+    write_dialogues(tmp_path, [("c1", "m1", "ok")])
+    write_profiles(tmp_path, {"c1": "public"})
+    monkeypatch.setattr("jobs.judge.run_model_stage", direct_stage)
+    with FakeServer() as server:
+        fake_judges(monkeypatch, tmp_path / "conf", server.base_url, names=("judge2",))
+        assert fidelity.run(_cfg(tmp_path).model_copy(update={"judges": ["judge2"]})) == 0
+        [sent] = server.log_lines()
+    assert "therapist line 1 (c1, m1)" in sent["content"] and "BDI total: 21" not in sent["content"]
+    assert sent["request_key"] == "c1|m1|judge2|sqpsych_fidelity"
+    scores = TableStore(tmp_path, SCORES).read()
+    assert set(scores["rubric"]) == {"sqpsych_fidelity"} and len(scores) == 21 + 17 + 14
