@@ -245,6 +245,10 @@ def _preference(w: ReportWriter, scores: pd.DataFrame, rubric: Rubric | None, wh
             "voted of model_a / model_b / draw (a tie for the most is a draw). n = profiles decided; "
             "undecided = profiles where no judge had both orders.")
     if len(wld):
+        counts = wld[["win", "draw", "loss"]].rename(index=lambda ix: f"{ix[0]} vs {ix[1]}" if isinstance(ix, tuple) else ix)
+        w.figure(sec, figures.stacked_shares(counts, w.figures_dir / "preference_win_draw_loss.png",
+                                             "Win / draw / loss of model_a against model_b"),
+                 "Figure (the paper's Figure 5). Share of the decided profiles model_a won, drew and lost.")
         rates = wld["win_rate"].rename(lambda ix: f"{ix[0]} vs {ix[1]}" if isinstance(ix, tuple) else ix)
         w.figure(sec, figures.bars(rates, w.figures_dir / "preference_win_rate.png",
                                    "Win rate of model_a against model_b", "win rate"),
