@@ -36,14 +36,14 @@ def test_judge_matrix_pairs_only_dialogues_both_scored(rubric, scores):  # noqa:
 
 
 def test_self_preference_gap_is_the_difference_of_differences(tmp_path):
-    rubric = mini_panel(tmp_path)
+    mini = mini_panel(tmp_path)
     # judge A: its own model's dialogues 5 and 5, model B's 2 and 2; judge B: A's 3 and 3, its own 4 and 4
     given = {("A", "a1"): 5, ("A", "a2"): 5, ("A", "b1"): 2, ("A", "b2"): 2,
              ("B", "a1"): 3, ("B", "a2"): 3, ("B", "b1"): 4, ("B", "b2"): 4}
     rows = []
     for (judge, d), total in given.items():
-        rows += panel_rows(rubric, d, d[0].upper(), judge, dict(zip(("t1", "t2", "c1"), TOTAL[total])))
-    gap = self_preference(panel_frame(scores_frame(rows), rubric), rubric)
+        rows += panel_rows(mini, d, d[0].upper(), judge, dict(zip(("t1", "t2", "c1"), TOTAL[total])))
+    gap = self_preference(panel_frame(scores_frame(rows), mini), mini)
     # A: (5 - 2) - (3 - 4) = 4; B: (4 - 3) - (2 - 5) = 4
     assert gap.loc["A", ["own", "other", "peers_own", "peers_other", "gap"]].tolist() == [5, 2, 3, 4, 4]
     assert gap.loc["B", ["own", "other", "peers_own", "peers_other", "gap"]].tolist() == [4, 3, 2, 5, 4]
@@ -56,7 +56,7 @@ def test_no_self_judging_no_gap(rubric, scores):  # noqa: F811
 
 def test_a_lone_judge_of_its_own_model_has_no_gap_not_an_error(tmp_path):
     """The demo: the bundled model judges its own dialogue and nobody else judges."""
-    rubric = mini_panel(tmp_path)
-    rows = panel_rows(rubric, "d1", "A", "A", dict(zip(("t1", "t2", "c1"), TOTAL[5])))
-    gap = self_preference(panel_frame(scores_frame(rows), rubric), rubric)
+    mini = mini_panel(tmp_path)
+    rows = panel_rows(mini, "d1", "A", "A", dict(zip(("t1", "t2", "c1"), TOTAL[5])))
+    gap = self_preference(panel_frame(scores_frame(rows), mini), mini)
     assert gap.loc["A", "own"] == 5 and np.isnan(gap.loc["A", "gap"]) and gap.loc["A", "n"] == 1
