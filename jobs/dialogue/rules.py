@@ -72,11 +72,11 @@ class DialogueRules(_Strict):
     )
     final_reply_roles: list[str] | None = Field(
         None, description="With final_reply: only a stop by one of these roles gets the other agent's answer "
-        "(SQPsych: the client answers the therapist's ending; a client's ending ends the session). None: any role."
+        "(e.g. a client answers a therapist's ending, while a client's own ending ends the dialogue). None: any role."
     )
     stop_in_history: bool = Field(
         False, description="A turn whose stop token was honored shows the token in the history the other "
-        "agent reads (the SQPsych client prompt asks the client to answer the therapist's `[/END]` with it)."
+        "agent reads (for a partner whose prompt asks it to answer the ending with the same token)."
     )
     max_regenerations: int = Field(
         10, ge=0, description="Times a repeated (or empty) utterance is asked again; a repeat that "
