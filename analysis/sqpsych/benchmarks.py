@@ -9,14 +9,14 @@ One row of metrics per (model, task, mode) from the benchmarks job's `bench_answ
 - multiple choice (CounselingBench): `accuracy_score` and macro recall / F1 over the letters, as
   the CounselingBench authors' `generate_metrics`.
 
-Which rows count: the answers that parsed (status ok). A failed call (`error`) or an answer that
-is not the expected letters (`parse_error`) is counted in `failed`, never given a label. The
-reference scripts score an unreadable answer as an empty prediction (CBT-Bench) or a wrong one
-(CounselingBench): `f1_weighted_ref` / `accuracy_ref` do the same, over every answered row, so
-published numbers can be compared. Macro averages run over the labels that occur in the gold or
-the predicted labels of the rows scored (scikit-learn's own rule for single-label data): on a
-full test set that is every label; on a few items, labels that never occur are left out rather
-than scored 0 (`labels` says how many counted).
+Which rows count: every answered question (a call that returned). An answer that is not the
+expected letters (`parse_error`) is wrong: an empty prediction (CBT-Bench) or no letter
+(CounselingBench), as the reference scripts score it; leaving it out would reward a model for
+answering unreadably. A failed call (`error`) is not an answer and is only counted.
+`f1_macro_parsed` is the macro F1 over the parsed answers alone, for comparison. Macro averages
+run over the labels that occur in the gold or the predicted labels (scikit-learn's own rule for
+single-label data): on a full test set that is every label; on a few items, labels that never
+occur are left out rather than scored 0 (`labels` says how many counted).
 
 The table is read generically from its Parquet folder: `analysis/` never imports the method's
 job code, so its name and the columns read are declared below (a test checks them against
@@ -55,10 +55,9 @@ HOW_TO_READ = (
     "beliefs) and FC (19 fine-grained core beliefs) are multi-label; CounselingBench is one letter of "
     "four. <b>recall_macro</b> and <b>f1_macro</b> (the SQPsych paper's metrics) average the per-label "
     "scores with equal weight; the <i>weighted</i> ones weight labels by how often they are gold (CBT-Bench's "
-    "reference). They are computed over the answers that parsed (<i>scored</i>); answers that were not "
-    "the expected letters (<i>parse_error</i>) and failed calls (<i>error</i>) are counted, never guessed. "
-    "<b>f1_weighted_ref</b> / <b>accuracy_ref</b> score an unreadable answer as the reference scripts do "
-    "(an empty prediction / a wrong answer), over every answered question, to compare with published numbers."
+    "reference). They are computed over every answered question: an answer that was not the expected "
+    "letters (<i>parse_error</i>) counts as wrong (an empty prediction), as the reference scripts score it; "
+    "failed calls (<i>error</i>) are counted, never guessed. <b>f1_macro_parsed</b>: over the parsed answers only."
 )
 
 
@@ -80,62 +79,71 @@ def _lists(values) -> list[list[str]]:
     return [list(v) if v is not None and not (isinstance(v, float) and np.isnan(v)) else [] for v in values]
 
 
-def _multi_label(scored: pd.DataFrame, answered: pd.DataFrame, label_set: list[str]) -> dict[str, float]:
+def _predictions(rows: pd.DataFrame) -> list[list[str]]:
+    """The predicted labels, an unparseable answer's as none (it is wrong, not left out)."""
+    return [p if st == STATUS_OK else [] for p, st in zip(_lists(rows[PREDICTED]), rows[STATUS])]
+
+
+def _multi_label(answered: pd.DataFrame, label_set: list[str]) -> dict[str, float]:
     mlb = MultiLabelBinarizer(classes=label_set)
-    y_true = mlb.fit_transform(_lists(scored[GOLD]))
-    y_pred = mlb.transform(_lists(scored[PREDICTED]))
+    y_true = mlb.fit_transform(_lists(answered[GOLD]))
+    y_pred = mlb.transform(_predictions(answered))
     present = np.flatnonzero(y_true.sum(axis=0) + y_pred.sum(axis=0))
-    out = {
+    ok = (answered[STATUS] == STATUS_OK).to_numpy()
+    parsed_present = np.flatnonzero(y_true[ok].sum(axis=0) + y_pred[ok].sum(axis=0))
+    return {
         "labels": len(present),
         "recall_macro": recall_score(y_true, y_pred, average="macro", labels=present, zero_division=0),
         "f1_macro": f1_score(y_true, y_pred, average="macro", labels=present, zero_division=0),
         "recall_weighted": recall_score(y_true, y_pred, average="weighted", zero_division=0),
         "f1_weighted": f1_score(y_true, y_pred, average="weighted", zero_division=0),
         "exact_match": float((y_true == y_pred).all(axis=1).mean()),
+        "f1_macro_parsed": f1_score(y_true[ok], y_pred[ok], average="macro", labels=parsed_present, zero_division=0)
+        if ok.any() else np.nan,
     }
-    # The reference: an unreadable answer is an all-zero prediction, over every answered question.
-    ref_pred = [p if s == STATUS_OK else [] for p, s in zip(_lists(answered[PREDICTED]), answered[STATUS])]
-    out["f1_weighted_ref"] = f1_score(mlb.transform(_lists(answered[GOLD])), mlb.transform(ref_pred),
-                                      average="weighted", zero_division=0)
-    return out
 
 
-def _multiple_choice(scored: pd.DataFrame, answered: pd.DataFrame) -> dict[str, float]:
-    y_true = [g[0] if g else "" for g in _lists(scored[GOLD])]
-    y_pred = [p[0] if p else "" for p in _lists(scored[PREDICTED])]
-    ref_true = [g[0] if g else "" for g in _lists(answered[GOLD])]
-    ref_pred = [p[0] if p and s == STATUS_OK else "" for p, s in zip(_lists(answered[PREDICTED]), answered[STATUS])]
+def _multiple_choice(answered: pd.DataFrame, label_set: list[str]) -> dict[str, float]:
+    y_true = [g[0] if g else "" for g in _lists(answered[GOLD])]
+    y_pred = [p[0] if p else "" for p in _predictions(answered)]
+    # Macro over the task's letters that occur; "" (no readable answer) is a wrong answer, no label.
+    labels = [x for x in label_set if x in set(y_true) | set(y_pred)] or sorted(set(y_true) - {""})
+    ok = (answered[STATUS] == STATUS_OK).to_numpy()
+    t_ok = [t for t, k in zip(y_true, ok) if k]
+    p_ok = [p for p, k in zip(y_pred, ok) if k]
     return {
-        "labels": len(set(y_true) | set(y_pred)),
+        "labels": len(labels),
         "accuracy": accuracy_score(y_true, y_pred),
-        "recall_macro": recall_score(y_true, y_pred, average="macro", zero_division=0),
-        "f1_macro": f1_score(y_true, y_pred, average="macro", zero_division=0),
-        "accuracy_ref": accuracy_score(ref_true, ref_pred),
+        "recall_macro": recall_score(y_true, y_pred, average="macro", labels=labels, zero_division=0),
+        "f1_macro": f1_score(y_true, y_pred, average="macro", labels=labels, zero_division=0),
+        "f1_macro_parsed": f1_score(t_ok, p_ok, average="macro", labels=[x for x in labels if x in set(t_ok) | set(p_ok)],
+                                    zero_division=0) if t_ok else np.nan,
     }
 
 
-METRIC_COLUMNS = ["n", "scored", "parse_error", "error", "failed", "labels", "accuracy", "exact_match",
-                  "recall_macro", "f1_macro", "recall_weighted", "f1_weighted", "f1_weighted_ref", "accuracy_ref"]
+METRIC_COLUMNS = ["n", "answered", "scored", "parse_error", "error", "failed", "labels", "accuracy", "exact_match",
+                  "recall_macro", "f1_macro", "recall_weighted", "f1_weighted", "f1_macro_parsed"]
 
 
 def benchmark_metrics(answers: pd.DataFrame) -> pd.DataFrame:
-    """One row per (model, task, mode): counts by status and the task's metrics (NaN when no
-    answer parsed: never a score from nothing)."""
+    """One row per (model, task, mode): counts by status and the task's metrics over every
+    answered question, an unparseable answer counted as wrong (NaN when no call was answered:
+    never a score from nothing)."""
     rows = []
     for (model, task, mode), g in answers.groupby(GROUP, sort=True):
         status = g[STATUS]
-        scored = g[status == STATUS_OK]
         answered = g[status != STATUS_ERROR]
-        row = {MODEL: model, TASK: task, MODE: mode, "n": len(g), "scored": len(scored),
+        row = {MODEL: model, TASK: task, MODE: mode, "n": len(g), "answered": len(answered),
+               "scored": int((status == STATUS_OK).sum()),
                "parse_error": int((status == STATUS_PARSE_ERROR).sum()), "error": int((status == STATUS_ERROR).sum())}
         row["failed"] = row["n"] - row["scored"]
-        if len(scored):
+        if len(answered):
             kind = g[KIND].dropna().iloc[0] if g[KIND].notna().any() else MULTI_LABEL
+            label_set = list(g[LABEL_SET].dropna().iloc[0]) if g[LABEL_SET].notna().any() else []
             if kind == MULTIPLE_CHOICE:
-                row.update(_multiple_choice(scored, answered))
+                row.update(_multiple_choice(answered, label_set))
             else:
-                label_set = list(g[LABEL_SET].dropna().iloc[0])
-                row.update(_multi_label(scored, answered, label_set))
+                row.update(_multi_label(answered, label_set))
         rows.append(row)
     out = pd.DataFrame(rows, columns=[MODEL, TASK, MODE, *METRIC_COLUMNS])
     return out.dropna(axis=1, how="all").reset_index(drop=True) if len(out) else out
@@ -172,7 +180,8 @@ def benchmark_section(run_dir: str | Path, writer: ReportWriter) -> Section:
     writer.table(sec, metrics.drop(columns=[TASK]).set_index(MODEL), "benchmark_scores",
                  "Counseling benchmarks: macro recall and F1 per model, task and prompting mode",
                  f"Items from {html.escape(files)}; prompt versions {html.escape(versions)}. n = questions asked; "
-                 "scored = answers that parsed; failed = parse_error + error; labels = labels in the macro average.")
+                 "answered = calls that returned (the metrics' rows; a parse_error is wrong); scored = answers that parsed; "
+                 "failed = parse_error + error; labels = labels in the macro average.")
     labels = per_label_scores(answers)
     if len(labels):
         writer.file_only(labels, "benchmark_per_label", "Recall and F1 of every label (multi-label tasks)")

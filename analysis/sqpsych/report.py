@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import html
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -21,14 +22,18 @@ import pandas as pd
 from analysis import figures
 from analysis.columns import AVERAGE_LABEL, HUMAN_LABEL, N
 from analysis.scores import load_scores
+from analysis.sqpsych import agreement as ag
+from analysis.sqpsych import fidelity as fd
 from analysis.sqpsych import panel as pn
+from analysis.sqpsych import validity as va
+from analysis.sqpsych.leakage import FLAG_SPAN as LEAK_SPAN
 from analysis.sqpsych.data import (
     GROUP, MODEL, PANEL_RUBRIC, PREFERENCE_RUBRIC, PROFILE_STATUS, ROLES, load_dialogues, load_profiles, ok_dialogues,
     utterances, with_groups,
 )
 from analysis.sqpsych.preference import preference_tables, verdict_codes
 from analysis.sqpsych.readability import readability_table
-from analysis.sqpsych.stats import dataset_table, ending_table
+from analysis.sqpsych.stats import corpus_totals, dataset_table, ending_table
 from analysis.stats import ALPHA
 from analysis.writer import ReportWriter, Section, slug
 from jobs.core.rubric import Rubric, load_rubric
@@ -95,9 +100,15 @@ def _statistics(w: ReportWriter, utts: pd.DataFrame, profiles: pd.DataFrame | No
     if profiles is None or GROUP not in profiles.columns:
         w.missing(sec, "Table 8 (per group, control / MDD) needs the profiles table, which this run lacks.")
         return
-    _split_table(w, sec, dataset_table(with_groups(utts, profiles), by=[MODEL, GROUP]), "table8_dataset_stats_by_group",
+    grouped = with_groups(utts, profiles)
+    _split_table(w, sec, dataset_table(grouped, by=[MODEL, GROUP]), "table8_dataset_stats_by_group",
                  "Table 8. Dataset statistics per therapist model and client group",
                  note + " A dialogue whose profile is not in the profiles table has an empty group.")
+    w.table(sec, corpus_totals(grouped, by=[MODEL, GROUP]), "table8_corpus_totals",
+            "Table 8. Corpus totals per therapist model and client group, and over all",
+            "Sums over the utterances of finished dialogues. Tokens: the serving engine's completion tokens "
+            "(each model's own tokenizer; for a reasoning model they include its trace, which the text does "
+            "not); tokens_missing counts utterances without a count.", digits=0)
 
 
 def _split_table(w: ReportWriter, sec: Section, table: pd.DataFrame, name: str, caption: str, note: str) -> None:
@@ -163,20 +174,54 @@ def _panel(w: ReportWriter, scores: pd.DataFrame, rubric: Rubric | None, why: st
 
 
 def _correlation(w: ReportWriter, wide: pd.DataFrame | None, rubric: Rubric | None) -> None:
-    sec = w.section("correlation", "Agreement of the LLM judges with human experts (Pearson r)")
+    sec = w.section("correlation", "Agreement: LLM judges with human experts (Pearson r, Spearman rho) and with each other")
     if wide is None or rubric is None:
         w.missing(sec, "No panel scores: no correlation with human experts.")
         return
+    if len(pn.raters(wide)) > 1:
+        last = list(rubric.aggregates)[-1]
+        w.table(sec, ag.judge_matrix(wide, rubric), "panel_judge_matrix",
+                f"Rater x rater Pearson r of the {last} over the dialogues both scored",
+                f"Missing below {pn.MIN_PAIRS} common dialogues or when one side is constant.", digits=3)
+    w.table(sec, va.mean_table_with_ci(wide, rubric), "panel_means_ci",
+            f"Mean {list(rubric.aggregates)[-1]} per rater and therapist model with its 95% bootstrap interval",
+            "scipy.stats.bootstrap, percentile, 9,999 resamples, seed 0; missing below two dialogues.", digits=2)
+    if len(pn.llm_judges(wide)) > 1:
+        w.table(sec, va.judge_agreement(wide, rubric), "panel_judge_agreement",
+                "Agreement across the LLM judges per aggregate",
+                "Krippendorff's alpha (interval; the krippendorff library) over every dialogue; ICC(2,k) "
+                "(Shrout & Fleiss) over the dialogues every judge scored.", digits=3)
+    gap = ag.self_preference(wide, rubric)
+    if not gap.empty:
+        w.table(sec, gap, "panel_self_preference", "Self-preference gap of judges that scored their own model",
+                "gap = (own - other) - (peers_own - peers_other): how much more the judge favours its own model's "
+                "dialogues than the other judges do. Only with allow_self_judging=true.", digits=2)
     if not pn.has_human(wide) or not pn.llm_judges(wide):
         w.missing(sec, "The correlation needs both LLM-judge and human-expert scores on the same dialogues; "
                   "this run lacks " + ("human expert scores." if not pn.has_human(wide) else "LLM-judge scores."))
         return
-    w.table(sec, pn.human_correlation(wide, rubric), "panel_human_correlation",
-            "Pearson correlation of each LLM judge with the human experts",
-            "scipy.stats.pearsonr over the dialogues both the judge and the experts scored (n pairs); "
+    w.table(sec, ag.with_spearman(pn.human_correlation(wide, rubric), wide, rubric), "panel_human_correlation",
+            "Pearson and Spearman correlation of each LLM judge with the human experts",
+            "scipy.stats.pearsonr / spearmanr over the dialogues both the judge and the experts scored (n pairs); "
             f"'{pn.ITEMS_POOLED}' pairs every item of every such dialogue. Several experts on one dialogue are "
             f"averaged first. p: two-sided, uncorrected (p < {ALPHA} is the usual mark). r is missing, with the "
             f"reason, below {pn.MIN_PAIRS} pairs or when one side is constant.", digits=3)
+
+
+def _fidelity(w: ReportWriter, scores: pd.DataFrame, run_dir: Path) -> None:
+    if scores.empty or not (scores["rubric"] == fd.FIDELITY_RUBRIC).any():
+        return  # the step is optional (beyond the paper): no section when it did not run
+    sec = w.section("fidelity", "Profile fidelity: the questionnaire read back from the dialogue")
+    folder = run_dir / "profiles"
+    profiles = pd.read_parquet(folder, columns=["context_id", "record"]) if folder.is_dir() else pd.DataFrame(
+        columns=["context_id", "record"])
+    table = fd.fidelity_table(scores, profiles)
+    w.table(sec, fd.fidelity_summary(table), "fidelity_summary",
+            "Weighted kappa of the judged questionnaire with the client's own record and with another client's",
+            "Quadratic-weighted Cohen's kappa per item over the model's dialogues (scikit-learn), averaged over the "
+            "items where it is defined; kappa_shuffled pairs each dialogue with the next client's record. "
+            "gap = kappa - kappa_shuffled: how much the dialogue carries its own client.", digits=3)
+    w.file_only(table, "fidelity_items", "Weighted kappa per model and item", digits=3)
 
 
 def _preference(w: ReportWriter, scores: pd.DataFrame, rubric: Rubric | None, why: str) -> None:
@@ -200,6 +245,10 @@ def _preference(w: ReportWriter, scores: pd.DataFrame, rubric: Rubric | None, wh
             "voted of model_a / model_b / draw (a tie for the most is a draw). n = profiles decided; "
             "undecided = profiles where no judge had both orders.")
     if len(wld):
+        counts = wld[["win", "draw", "loss"]].rename(index=lambda ix: f"{ix[0]} vs {ix[1]}" if isinstance(ix, tuple) else ix)
+        w.figure(sec, figures.stacked_shares(counts, w.figures_dir / "preference_win_draw_loss.png",
+                                             "Win / draw / loss of model_a against model_b"),
+                 "Figure (the paper's Figure 5). Share of the decided profiles model_a won, drew and lost.")
         rates = wld["win_rate"].rename(lambda ix: f"{ix[0]} vs {ix[1]}" if isinstance(ix, tuple) else ix)
         w.figure(sec, figures.bars(rates, w.figures_dir / "preference_win_rate.png",
                                    "Win rate of model_a against model_b", "win rate"),
@@ -234,10 +283,17 @@ def _export(w: ReportWriter, run_dir: Path) -> None:
     rows = []
     for f in files:
         with f.open(encoding="utf-8") as fh:
-            lines = sum(1 for line in fh if line.strip())
-        rows.append({"file": f"{EXPORT_DIR}/{f.name}", "dialogues": lines, "bytes": f.stat().st_size})
+            meta = [json.loads(line).get("metadata", {}) for line in fh if line.strip()]
+        runs = [m.get("leakage_longest_run") for m in meta if m.get("leakage_longest_run") is not None]
+        rows.append({"file": f"{EXPORT_DIR}/{f.name}", "dialogues": len(meta), "bytes": f.stat().st_size,
+                     "splits": ",".join(sorted({str(m.get("split")) for m in meta})),
+                     "sensitivity": ",".join(sorted({str(m.get("sensitivity")) for m in meta})),
+                     "leakage_flagged": sum(r >= LEAK_SPAN for r in runs),
+                     "longest_verbatim_run": max(runs) if runs else None})
     w.table(sec, pd.DataFrame(rows).set_index("file"), "export_files",
-            "Exported files: one line per finished dialogue, one file per therapist model")
+            "Exported files: one line per finished dialogue, one file per therapist model",
+            f"Leakage audit: leakage_flagged counts dialogues that repeat {LEAK_SPAN}+ consecutive words of their "
+            "client record (longest_verbatim_run: the longest such run in the file); the manifest lists them.")
 
 
 def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
@@ -264,6 +320,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
     panel, why = _load(panel_rubric)
     wide = _panel(w, scores, panel, why, dialogues)
     _correlation(w, wide, panel)
+    _fidelity(w, scores, run_dir)
     _preference(w, scores, *_load(preference_rubric))
     _benchmarks(w, run_dir)
     _export(w, run_dir)

@@ -90,3 +90,26 @@ def dataset_table(utts: pd.DataFrame, by: Sequence[str] = (MODEL,)) -> pd.DataFr
     for role in ROLES:
         out[f"words_per_utt_{role}"] = role_means[(WORDS, role)] if (WORDS, role) in role_means else float("nan")
     return out[cols]
+
+
+def corpus_totals(utts: pd.DataFrame, by: Sequence[str] = (MODEL,)) -> pd.DataFrame:
+    """Table 8's corpus totals per `by` (model, or model and group), plus an `all` row: dialogues,
+    utterances, words, and tokens summed over the utterances that have a count (`tokens_missing`
+    says how many lack one: a total is never silently partial)."""
+    by = list(by)
+    cols = [DIALOGUES_COL, UTTERANCES, WORDS, TOKENS, "tokens_missing"]
+    if utts.empty:
+        return pd.DataFrame(columns=cols)
+    frame = utts.assign(**{c: utts[c].fillna("(none)") for c in by if c != MODEL})
+
+    def totals(g: pd.DataFrame) -> dict:
+        return {DIALOGUES_COL: g[DIALOGUE_ID].nunique(), UTTERANCES: len(g), WORDS: int(g[WORDS].sum()),
+                TOKENS: float(g[TOKENS].sum(min_count=1)) if g[TOKENS].notna().any() else float("nan"),
+                "tokens_missing": int(g[TOKENS].isna().sum())}
+
+    rows = {key if isinstance(key, tuple) else (key,): totals(g) for key, g in frame.groupby(by, sort=True)}
+    rows[("all",) + ("",) * (len(by) - 1)] = totals(frame)
+    out = pd.DataFrame.from_dict(rows, orient="index")[cols]
+    out.index = pd.MultiIndex.from_tuples(out.index, names=by) if len(by) > 1 else pd.Index(
+        [k[0] for k in out.index], name=by[0])
+    return out

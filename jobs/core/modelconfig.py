@@ -165,6 +165,11 @@ class ModelConfig(StrictModel):
     supports_json_schema: bool = Field(
         True, description="Whether the endpoint honors response_format of type json_schema."
     )
+    protocols: dict[str, str] = Field(
+        default_factory=dict,
+        description="Method -> the protocol this model runs under in that method (prompts, post-processing), "
+        "a file of the method's own config folder, e.g. `{sqpsych: llama3}`; a method not listed uses its default.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelConfig":

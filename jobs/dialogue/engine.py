@@ -46,6 +46,8 @@ class AgentSpec(StrictModel):
                           "`{turn}` and `{round}` are filled.")
     system: str | None = Field(None, description="An optional system message (same placeholders).")
     generation: dict[str, Any] = Field(default_factory=dict, description="Overrides of the model's sampling defaults.")
+    remove: list[str] = Field(default_factory=list, description="Strings removed from every raw answer before it is "
+                              "cleaned (template tokens a model family emits, e.g. `<|END_RESPONSE|>`).")
 
 
 class DialogueSpec(StrictModel):
@@ -112,8 +114,11 @@ def render(template: str, values: dict[str, str]) -> str:
     return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
 
 
-def history_text(turns: list[dict[str, Any]], labels: dict[str, str]) -> str:
-    return "\n".join(f"{labels[t['role']]}: {t['text']}" for t in turns)
+def history_text(turns: list[dict[str, Any]], labels: dict[str, str], stop_token: str | None = None) -> str:
+    """`Label: text` lines; with `stop_token`, a turn that ended the dialogue shows it again (the
+    partner's last reply sees the token the prompt tells it to answer)."""
+    return "\n".join(f"{labels[t['role']]}: {t['text']}" + (f" {stop_token}" if stop_token and t.get("stop") else "")
+                     for t in turns)
 
 
 def completed_prefix(done: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -127,8 +132,11 @@ def completed_prefix(done: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _ended(turns: list[dict[str, Any]], rules: DialogueRules) -> str | None:
     """Whether the written turns already finish the dialogue, and how."""
-    stop_at = next((int(t["turn"]) for t in turns if t.get("stop")), None)
-    if stop_at is not None and (not rules.final_reply or len(turns) > stop_at):
+    stopper = next((t for t in turns if t.get("stop")), None)
+    stop_at = int(stopper["turn"]) if stopper is not None else None
+    reply = rules.final_reply and (rules.final_reply_roles is None or stopper is None
+                                   or stopper["role"] in rules.final_reply_roles)
+    if stop_at is not None and (not reply or len(turns) > stop_at):
         return ENDED_STOP_TOKEN
     if len(turns) >= rules.max_turns:
         return ENDED_STOP_TOKEN if stop_at is not None else ENDED_CAP
@@ -142,7 +150,8 @@ def build_messages(spec: DialogueSpec, role: str, turns: list[dict[str, Any]], t
     labels = {a.role: a.label for a in spec.agents}
     phase = spec.rules.phase(turn)
     instruction = phase.instruction if phase is not None and phase.role == role else ""
-    values = {**spec.fields, HISTORY_PLACEHOLDER: history_text(turns, labels), PHASE_PLACEHOLDER: instruction,
+    shown = spec.rules.stop_token if spec.rules.stop_in_history else None
+    values = {**spec.fields, HISTORY_PLACEHOLDER: history_text(turns, labels, shown), PHASE_PLACEHOLDER: instruction,
               "turn": str(turn), "round": str(spec.rules.round_of(turn))}
     user = render(agent.template, values)
     has_slot = "{" + PHASE_PLACEHOLDER + "}" in agent.template or (
@@ -230,7 +239,10 @@ async def _one_turn(client: ChatClient, spec: DialogueSpec, params: GenerationPa
         if not res.ok:
             row["latency_s"] = time.perf_counter() - started
             return row
-        cleaned = clean_utterance(res.content or "", agent.label, others, rules.stop_token)
+        raw = res.content or ""
+        for token in agent.remove:
+            raw = raw.replace(token, "")
+        cleaned = clean_utterance(raw, agent.label, others, rules.stop_token)
         repeated = normalized(cleaned.text) in earlier
         empty = not cleaned.text
         if (repeated or empty) and regenerations < rules.max_regenerations:

@@ -70,6 +70,14 @@ class DialogueRules(StrictModel):
         False, description="After an honored stop token, the other agent answers once more (a "
         "client acknowledging the session's end) before the dialogue ends."
     )
+    final_reply_roles: list[str] | None = Field(
+        None, description="With final_reply: only a stop by one of these roles gets the other agent's answer "
+        "(e.g. a client answers a therapist's ending, while a client's own ending ends the dialogue). None: any role."
+    )
+    stop_in_history: bool = Field(
+        False, description="A turn whose stop token was honored shows the token in the history the other "
+        "agent reads (for a partner whose prompt asks it to answer the ending with the same token)."
+    )
     max_regenerations: int = Field(
         10, ge=0, description="Times a repeated (or empty) utterance is asked again; a repeat that "
         "persists is kept (and counted), an utterance still empty fails the turn."

@@ -1,7 +1,7 @@
 """SQPsych: clinical questionnaires -> synthetic CBT therapy dialogues, evaluated.
 
 The method (`../shared/DESIGN.md`, part 2): each client of a clinical cohort (demographics,
-clinical history, BDI-II, HAM-D 17, HAM-A) becomes a profile text through codebooks; a CBT
+clinical history, BDI-I with BDI_DIAET, HAM-D 17, HAM-A) becomes a profile text through codebooks; a CBT
 therapist agent and a client agent, each a model call with its own prompt, role-play a session
 turn by turn on that profile until the therapist ends it with `[/END]` (after a minimum number of
 turns, below a hard cap); the dialogues of each model form a dataset that is described

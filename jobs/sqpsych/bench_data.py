@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from jobs.core.base import StrictModel
 
 from jobs.core.configfiles import ConfigError, data_path, find_file, read_yaml, validated
 
@@ -146,11 +148,9 @@ def load_cbt(task: TaskSpec, folder: Path, limit: int | None = None) -> tuple[li
     return items, report
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class McqLayout(_Strict):
+class McqLayout(StrictModel):
     """How a multiple-choice CSV names its columns (`conf/sqpsych/benchmarks/counselingbench.yaml`)."""
 
     id_columns: list[str] = Field(

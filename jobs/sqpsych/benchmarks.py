@@ -32,19 +32,21 @@ import sys
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import hydra
 import pandas as pd
 import pyarrow as pa
 from omegaconf import DictConfig
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from jobs.core.base import StrictModel
 
 from jobs.config import RunConfig, run_entrypoint
 from jobs.runner import plan_text, run_model_stage
 from jobs.core.schemas import CALL_FIELDS, GENERATION_FIELDS, STATUS_ERROR, STATUS_PARSE_ERROR, Table
 from jobs.sqpsych.bench_data import (
-    CBT_TASKS, COUNSELINGBENCH, MULTIPLE_CHOICE, BenchItem, TaskSpec, answer_format, json_instruction, load_cbt,
+    CBT_TASKS, COUNSELINGBENCH, MULTIPLE_CHOICE, BenchItem, LoadReport, TaskSpec, answer_format, json_instruction, load_cbt,
     load_layout, load_mcq, mcq_spec, parse_answer, parse_json_answer,
 )
 from jobs.stage import ChatStage
@@ -89,11 +91,9 @@ BENCH_ANSWERS = Table(
 )
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class CbtBenchSource(_Strict):
+class CbtBenchSource(StrictModel):
     """Where CBT-Bench's files are (a dataset-like entry: path, sensitivity, attribution)."""
 
     name: str = Field("cbt-bench", description="Recorded in every row's `dataset` with the file name.")
@@ -108,7 +108,7 @@ class CbtBenchSource(_Strict):
         return data_path(self.dir)
 
 
-class CounselingBenchSource(_Strict):
+class CounselingBenchSource(StrictModel):
     """A CounselingBench-style multiple-choice CSV and the layout that maps its columns."""
 
     name: str = Field("counselingbench", description="Recorded in every row's `dataset`.")
@@ -122,12 +122,12 @@ class CounselingBenchSource(_Strict):
                              "github.com/cuongnguyenx/CounselingBench", description="Source and license.")
 
 
-class ModeTokens(_Strict):
+class ModeTokens(StrictModel):
     zero_shot: int = Field(256, ge=1, description="Completion budget of a zero-shot answer.")
     zero_shot_cot: int = Field(1024, ge=1, description="Completion budget of reasoning plus answer.")
 
 
-class BenchmarksConfig(_Strict):
+class BenchmarksConfig(StrictModel):
     """Which benchmarks, in which prompting modes, on how many items (`benchmarks.*` keys)."""
 
     tasks: list[TaskName] = Field(default_factory=lambda: ["cbt_cd", "cbt_pc", "cbt_fc"], min_length=1,
@@ -197,21 +197,33 @@ def render(template: str, fields: dict[str, str], where: str) -> str:
     return template
 
 
+Loaded = tuple[TaskSpec, list[BenchItem], LoadReport, str]  # spec, items, what was read, the rows' dataset
+
+
+def _load_cbt_task(task: str, cfg: BenchmarksConfig) -> Loaded:
+    spec = CBT_TASKS[task]
+    items, report = load_cbt(spec, cfg.cbt_bench.resolved_dir(), cfg.limit)
+    return spec, items, report, f"{cfg.cbt_bench.name}/{spec.test_file}"
+
+
+def _load_counselingbench(task: str, cfg: BenchmarksConfig) -> Loaded:
+    layout = load_layout(cfg.counselingbench.layout, cfg.counselingbench.columns)
+    items, report = load_mcq(cfg.counselingbench.path or "", layout, cfg.limit)
+    return mcq_spec(layout), items, report, f"{cfg.counselingbench.name}/{Path(report.file).name}"
+
+
+# Every task is one loader of the same shape: CounselingBench is a task like CBT-Bench's three.
+TASK_LOADERS: dict[str, Callable[[str, BenchmarksConfig], Loaded]] = {
+    **{name: _load_cbt_task for name in CBT_TASKS}, COUNSELINGBENCH: _load_counselingbench}
+
+
 def load_tasks(cfg: BenchmarksConfig) -> tuple[dict[str, TaskSpec], dict[str, list[BenchItem]], dict[str, str]]:
     """Each task's spec and items, and the file its items came from; bad items are printed."""
     specs: dict[str, TaskSpec] = {}
     items: dict[str, list[BenchItem]] = {}
     files: dict[str, str] = {}
     for task in cfg.tasks:
-        if task == COUNSELINGBENCH:
-            layout = load_layout(cfg.counselingbench.layout, cfg.counselingbench.columns)
-            specs[task] = mcq_spec(layout)
-            items[task], report = load_mcq(cfg.counselingbench.path or "", layout, cfg.limit)
-            files[task] = f"{cfg.counselingbench.name}/{Path(report.file).name}"
-        else:
-            specs[task] = CBT_TASKS[task]
-            items[task], report = load_cbt(specs[task], cfg.cbt_bench.resolved_dir(), cfg.limit)
-            files[task] = f"{cfg.cbt_bench.name}/{specs[task].test_file}"
+        specs[task], items[task], report, files[task] = TASK_LOADERS[task](task, cfg)
         print(report.summary() + (f" (first {cfg.limit} taken)" if cfg.limit else ""), flush=True)
     return specs, items, files
 

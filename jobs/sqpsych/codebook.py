@@ -11,9 +11,12 @@ prompts read (`{questionnaire}`), laid out like the SQPsych paper's Figure 8:
     ...
     ## Questionnaire BDI
     Question BDI1: Sadness
-    Answer: On many days I feel low and sad.
+    Answer: I often feel down or sad.
     ...
-    Total Score: 14 - mild depression
+    Total Score: 14 - mild to moderate depression
+
+The BDI is the paper's BDI-I (with its supplementary diet question BDI_DIAET after item 19),
+not the BDI-II. A field or answer the record lacks reads "not recorded".
 
 A codebook file is checked against the scale's structure (`records.SCALES`) when it is loaded:
 every item present, every value of its range described, the bands covering 0..max total without
@@ -25,7 +28,9 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from jobs.core.base import StrictModel
 
 from jobs.sqpsych.records import FLAT_FIELDS, SCALES, ClientRecord
 from jobs.core.configfiles import ConfigError, find_group_file, read_yaml, search_dirs, validated
@@ -34,17 +39,15 @@ CODEBOOK_GROUP = "sqpsych/codebooks"
 SCALE_ORDER = ("bdi", "hamd", "hama")  # the order of the questionnaires in a profile
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Band(_Strict):
+class Band(StrictModel):
     min: int = Field(ge=0)
     max: int = Field(ge=0)
     label: str = Field(min_length=1)
 
 
-class ItemCodebook(_Strict):
+class ItemCodebook(StrictModel):
     title: str = Field(min_length=1, description="The item's name, as the question line shows it.")
     description: str | None = Field(None, description="Symptoms the item covers (HAM-A), shown after the title.")
     values: dict[int, str] = Field(description="Each value of the item's range -> its meaning.")
@@ -53,7 +56,19 @@ class ItemCodebook(_Strict):
         return f"{self.title}: {self.description}" if self.description else self.title
 
 
-class ScaleCodebook(_Strict):
+NOT_RECORDED = "not recorded"  # what a profile says for a field or answer the record lacks
+
+
+class SupplementaryItem(StrictModel):
+    """A question asked with an item but not part of the total (the BDI-I's BDI_DIAET)."""
+
+    title: str = Field(min_length=1)
+    after: str = Field(description="The item it is asked with; the profile shows it right after that item.")
+    field: str = Field("bdi_diet", description="The record field holding its value.")
+    values: dict[int, str] = Field(min_length=1)
+
+
+class ScaleCodebook(StrictModel):
     """One questionnaire's codebook file, checked against `records.SCALES[scale]`."""
 
     scale: str = Field(description="bdi, hamd or hama: the record field it describes.")
@@ -63,12 +78,18 @@ class ScaleCodebook(_Strict):
     unit: str = Field(description="What the bands grade (depression, anxiety).")
     bands: list[Band] = Field(min_length=1, description="Total score -> severity, in order.")
     items: dict[str, ItemCodebook]
+    supplementary: dict[str, SupplementaryItem] = Field(
+        default_factory=dict, description="Extra questions shown after an item, not counted in the total.")
 
     @model_validator(mode="after")
     def _matches_scale(self) -> "ScaleCodebook":
         if self.scale not in SCALES:
             raise ValueError(f"scale {self.scale!r} is not one of {sorted(SCALES)}")
         scale = SCALES[self.scale]
+        for code, extra in self.supplementary.items():
+            if extra.after not in scale.codes or extra.field not in FLAT_FIELDS:
+                raise ValueError(f"supplementary {code}: `after` must be an item of {self.scale} and `field` a "
+                                 f"record field; got after={extra.after!r}, field={extra.field!r}")
         missing = [c for c in scale.codes if c not in self.items]
         extra = [c for c in self.items if c not in scale.codes]
         if missing or extra:
@@ -97,7 +118,7 @@ class ScaleCodebook(_Strict):
         return self.items[code].values[value]
 
 
-class DemographicsCodebook(_Strict):
+class DemographicsCodebook(StrictModel):
     title: str = "Patient information"
     fields: dict[str, str] = Field(description="Record field -> label, in the profile's order.")
     codes: dict[str, dict[str, str]] = Field(
@@ -143,11 +164,12 @@ class Codebook:
         return None if value is None or value == "" else d.words(field, value)
 
     def patient_block(self, record: ClientRecord) -> list[str]:
+        """Every field the codebook lists, in its order; one the record lacks says "not recorded"
+        (real cohorts have gaps; the client is kept)."""
         lines = [f"# {self.demographics.title}"]
         for field, label in self.demographics.fields.items():
             value = self._field_value(record, field)
-            if value is not None:
-                lines.append(f"{label}: {value}")
+            lines.append(f"{label}: {NOT_RECORDED if value is None else value}")
         return lines
 
     def questionnaire_block(self, record: ClientRecord, scale: str) -> list[str]:
@@ -156,11 +178,21 @@ class Codebook:
             return []
         book = self.scales[scale]
         lines = [f"## Questionnaire {SCALES[scale].prefix}"]
+        extras = {extra.after: (code, extra) for code, extra in book.supplementary.items()}
         for code, value in values.items():
             lines.append(f"Question {code}: {book.items[code].question()}")
-            lines.append(f"Answer: {book.answer(code, value)}")
+            lines.append(f"Answer: {NOT_RECORDED if value is None else book.answer(code, value)}")
+            if code in extras:
+                extra_code, extra = extras[code]
+                answer = getattr(record, extra.field)
+                lines.append(f"Question {extra_code}: {extra.title}")
+                lines.append(f"Answer: {NOT_RECORDED if answer is None else extra.values[answer]}")
         total = record.total(scale)
-        lines.append(f"{book.total_label}: {total} - {book.band(total)}")
+        if total is None:
+            missing = len(record.not_recorded(scale))
+            lines.append(f"{book.total_label}: not computed ({missing} item(s) not recorded)")
+        else:
+            lines.append(f"{book.total_label}: {total} - {book.band(total)}")
         return lines
 
     def render(self, record: ClientRecord) -> str:

@@ -7,8 +7,8 @@ A cohort is a dataset file (`conf/dataset/sqpsych_*.yaml`, a `CohortConfig`): ei
 synthetic generator (`source: synthetic`, `jobs/sqpsych/synthetic.py`) or a CSV read through a
 column mapping (`source: csv`): record fields by column name, questionnaire items by a column
 pattern such as `BDI{n}` or `bdi_{n:02d}`, and value recodings (`group: {HC: control}`).
-A record with an unknown item code, an out-of-range or non-integer value, a missing item or a
-bad field is a `BadRecord` naming the client, the item, the value and the CSV line; the other
+A record with an unknown item code, an out-of-range or non-integer value or a bad field is a
+`BadRecord` naming the client, the item, the value and the CSV line; the other
 records go on. A file that cannot be read as mapped (missing file, missing column) stops the
 step with an error naming the file, the key and the fix.
 
@@ -31,28 +31,28 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
+
+from jobs.core.base import StrictModel
 
 from jobs.core.schemas import STATUS_INVALID, STATUS_OK
-from jobs.sqpsych.records import FLAT_FIELDS, SCALES, ClientRecord, item_problems
+from jobs.sqpsych.records import FLAT_FIELDS, PAPER_SPLIT_GROUPS, SCALES, ClientRecord, item_problems
 from jobs.sqpsych.schemas import PROFILES
 from jobs.core.store import TableStore
 from jobs.core.configfiles import ConfigError, data_path, find_group_file, read_yaml, validated
 
-PAPER_SPLIT_SHARES = (("test", 253 / 2090), ("dev", 144 / 2090), ("train", 1693 / 2090))
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class CohortColumns(_Strict):
+class CohortColumns(StrictModel):
     """How a cohort CSV maps to `ClientRecord`s."""
 
-    fields: dict[str, str] = Field(
-        default_factory=lambda: {f: f for f in FLAT_FIELDS},
+    fields: dict[str, str] | None = Field(
+        None,
         description="CSV column -> record field (client_id, group, split, age, gender, ..., "
-        "diagnosis_code, episodes, medication; see records.FLAT_FIELDS). Unmapped fields stay empty.")
+        "diagnosis_code, episodes, medication; see records.FLAT_FIELDS). Unmapped fields stay empty "
+        "(the profile says \"not recorded\"). None: every column named like a record field.")
     items: dict[str, str | None] = Field(
         default_factory=lambda: {name: s.prefix + "{n}" for name, s in SCALES.items()},
         description="Questionnaire -> column pattern with `{n}` the item number (`BDI{n}`, "
@@ -63,12 +63,13 @@ class CohortColumns(_Strict):
 
     @model_validator(mode="after")
     def _known(self) -> "CohortColumns":
-        unknown = sorted(set(self.fields.values()) - set(FLAT_FIELDS))
+        fields = self.fields if self.fields is not None else {f: f for f in FLAT_FIELDS}
+        unknown = sorted(set(fields.values()) - set(FLAT_FIELDS))
         if unknown:
             raise ValueError(f"columns.fields maps to unknown record fields {unknown}; known: {sorted(FLAT_FIELDS)}")
-        if "client_id" not in self.fields.values():
+        if "client_id" not in fields.values():
             raise ValueError("columns.fields must map a column to client_id")
-        if "group" not in self.fields.values():
+        if "group" not in fields.values():
             raise ValueError("columns.fields must map a column to group (control / mdd)")
         for scale, pattern in self.items.items():
             if scale not in SCALES:
@@ -77,11 +78,18 @@ class CohortColumns(_Strict):
                 raise ValueError(f"columns.items.{scale} = {pattern!r} needs the item number placeholder {{n}}")
         return self
 
+    def field_map(self, header: list[str] | None = None) -> dict[str, str]:
+        """Column -> field: the mapping as written, or (fields: None) the record fields that are
+        columns of `header` (all of them when no header is given)."""
+        if self.fields is not None:
+            return dict(self.fields)
+        return {f: f for f in FLAT_FIELDS if header is None or f in header}
+
     def field_column(self, field: str) -> str | None:
-        return next((col for col, f in self.fields.items() if f == field), None)
+        return next((col for col, f in self.field_map().items() if f == field), None)
 
 
-class CohortConfig(_Strict):
+class CohortConfig(StrictModel):
     """A cohort of client records (`conf/dataset/sqpsych_*.yaml`)."""
 
     name: str = Field(description="Cohort name, recorded in the profiles' `source`.")
@@ -119,7 +127,7 @@ class BadRecord:
     client_id: str | None
     item: str
     value: Any
-    reason: str          # a category: unknown item code, out-of-range value (0-2), missing item, ...
+    reason: str          # a category: unknown item code, out-of-range value (0-2), not an integer, ...
     line: int | None = None  # the CSV line (the header is line 1); None for generated records
     detail: str = ""     # the record's other problems, if any
     key: str = ""        # its profiles row's key (load_cohort: the id, or id@line-N when taken)
@@ -149,9 +157,13 @@ def _item_columns(pattern: str, scale: str, header: list[str]) -> dict[str, str]
     return out
 
 
-def _check_columns(ds: CohortConfig, path: Path, header: list[str]) -> dict[str, dict[str, str]]:
-    """Stop on a mapping the file cannot satisfy; return scale -> {item code: column}."""
-    for col, field in ds.columns.fields.items():
+def _check_columns(ds: CohortConfig, path: Path, header: list[str]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """Stop on a mapping the file cannot satisfy; return column -> field and scale -> {item code: column}."""
+    fields = ds.columns.field_map(header)
+    for field in ("client_id", "group"):
+        if field not in fields.values():
+            raise ConfigError(f"{path}: no column for record field {field!r}; the file has columns {header}")
+    for col, field in fields.items():
         if col not in header:
             raise ConfigError(f"{path}: no column {col!r} for record field {field!r} (dataset.columns.fields); "
                               f"the file has columns {header}")
@@ -167,24 +179,35 @@ def _check_columns(ds: CohortConfig, path: Path, header: list[str]) -> dict[str,
                               f"{pattern!r}; {len(missing)} item column(s) missing). Fix the pattern, or set "
                               f"dataset.columns.items.{scale}: null if the cohort has no {scale}")
         items[scale] = found
-    return items
+    return fields, items
 
 
-def split_of(client_id: str, seed: int) -> str:
-    """A split for a client whose cohort has none: from hash(seed, id) at the paper's shares, so
+def unknown_columns(header: list[str], fields: dict[str, str], items: dict[str, dict[str, str]]) -> list[str]:
+    """Columns the mapping reads nothing from: reported (a real export has many), never fatal."""
+    used = set(fields) | {col for found in items.values() for col in found.values()}
+    return [c for c in header if c not in used]
+
+
+def split_of(client_id: str, seed: int, group: str | None = None) -> str:
+    """A split for a client whose cohort has none: from hash(seed, id) at the paper's shares of
+    the client's group (Table 3: 117 of 1,178 control clients in test, 136 of 912 MDD ones), so
     a client keeps its split whatever the limit or the order of the file."""
     u = int.from_bytes(hashlib.sha256(f"{seed}\x1f{client_id}".encode()).digest()[:8], "big") / 2**64
+    groups = [group] if group in ("control", "mdd") else ["control", "mdd"]
+    counts = {s: sum(PAPER_SPLIT_GROUPS[s][g] for g in groups) for s in ("test", "dev", "train")}
+    total = sum(counts.values())
     edge = 0.0
-    for split, share in PAPER_SPLIT_SHARES:
-        edge += share
+    for split, n in counts.items():
+        edge += n / total
         if u < edge:
             return split
     return "train"
 
 
-def _record_data(row: dict[str, str], ds: CohortConfig, items: dict[str, dict[str, str]]) -> dict[str, Any]:
+def _record_data(row: dict[str, str], ds: CohortConfig, fields: dict[str, str],
+                 items: dict[str, dict[str, str]]) -> dict[str, Any]:
     data: dict[str, Any] = {"demographics": {}, "history": {}}
-    for col, field in ds.columns.fields.items():
+    for col, field in fields.items():
         value = row[col].strip()
         value = ds.columns.values.get(field, {}).get(value, value)
         if value == "":
@@ -201,7 +224,7 @@ def _record_data(row: dict[str, str], ds: CohortConfig, items: dict[str, dict[st
             continue  # the questionnaire was not taken
         data[scale] = {c: (None if v == "" else v) for c, v in values.items() if c in known or v != ""}
     if "split" not in data and data.get("client_id"):
-        data["split"] = split_of(str(data["client_id"]), ds.seed)
+        data["split"] = split_of(str(data["client_id"]), ds.seed, data.get("group"))
     return data
 
 
@@ -227,7 +250,7 @@ def check_record(data: dict[str, Any], line: int | None = None) -> ClientRecord 
                          "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[1:]))
 
 
-def _read_csv(ds: CohortConfig):
+def _read_csv(ds: CohortConfig, notes: dict[str, Any]):
     path = data_path(ds.path)
     if not path.is_file():
         raise ConfigError(f"cohort {ds.name!r}: file not found: {path} (set dataset.path; relative paths "
@@ -237,10 +260,11 @@ def _read_csv(ds: CohortConfig):
     except (ValueError, pd.errors.ParserError, OSError) as exc:
         raise ConfigError(f"{path}: cannot be read as CSV: {exc}") from exc
     header = [str(c) for c in df.columns]
-    items = _check_columns(ds, path, header)
+    fields, items = _check_columns(ds, path, header)
+    notes["unknown_columns"] = unknown_columns(header, fields, items)
     for i, row in enumerate(df.to_dict("records")):
         line = i + 2  # the header is line 1
-        yield line, check_record(_record_data(row, ds, items), line=line)
+        yield line, check_record(_record_data(row, ds, fields, items), line=line)
 
 
 def _generated(ds: CohortConfig):
@@ -250,13 +274,16 @@ def _generated(ds: CohortConfig):
         yield None, check_record(record.model_dump())
 
 
-def load_cohort(ds: CohortConfig) -> tuple[list[ClientRecord], list[BadRecord]]:
+def load_cohort(ds: CohortConfig, notes: dict[str, Any] | None = None) -> tuple[list[ClientRecord], list[BadRecord]]:
     """The cohort's valid records (of `ds.split`, the first `ds.limit`), and the bad ones met
-    on the way. A second record with a client id already read is a bad record (the first wins)."""
+    on the way. A second record with a client id already read is a bad record (the first wins).
+    `notes` (when given) receives `unknown_columns`: the CSV's columns the mapping ignores."""
     records: list[ClientRecord] = []
     bad: list[BadRecord] = []
     keys: set[str] = set()
-    for line, item in (_read_csv(ds) if ds.source == "csv" else _generated(ds)):
+    notes = {} if notes is None else notes
+    notes.setdefault("unknown_columns", [])
+    for line, item in (_read_csv(ds, notes) if ds.source == "csv" else _generated(ds)):
         if isinstance(item, ClientRecord) and item.client_id in keys:
             item = BadRecord(item.client_id, "client_id", item.client_id, "duplicate client id", line)
         if isinstance(item, BadRecord):
@@ -280,7 +307,7 @@ def write_cohort_csv(records: list[ClientRecord], path: Path, columns: CohortCol
     rows = []
     for record in records:
         row: dict[str, Any] = {}
-        for col, field in columns.fields.items():
+        for col, field in columns.field_map().items():
             value: Any = record
             for part in FLAT_FIELDS[field]:
                 value = getattr(value, part)
@@ -323,7 +350,8 @@ def profile_rows(records: list[ClientRecord], bad: list[BadRecord], ds: CohortCo
     return rows
 
 
-def input_report(ds: CohortConfig, records: list[ClientRecord], bad: list[BadRecord]) -> dict[str, Any]:
+def input_report(ds: CohortConfig, records: list[ClientRecord], bad: list[BadRecord],
+                 notes: dict[str, Any] | None = None) -> dict[str, Any]:
     counts: dict[str, int] = {}
     for b in bad:
         counts[b.reason] = counts.get(b.reason, 0) + 1
@@ -335,6 +363,7 @@ def input_report(ds: CohortConfig, records: list[ClientRecord], bad: list[BadRec
         "groups": {g: sum(r.group == g for r in records) for g in ("control", "mdd")},
         "splits": {s: sum(r.split == s for r in records) for s in ("train", "dev", "test")},
         "counts": counts, "bad": [asdict(b) for b in bad],
+        "unknown_columns": list((notes or {}).get("unknown_columns", [])),
     }
 
 
@@ -345,6 +374,10 @@ def summary(report: dict[str, Any]) -> str:
             f"records ({groups}; {splits}), {report['rows_bad']} bad")
     if report["counts"]:
         text += " (" + ", ".join(f"{k}: {v}" for k, v in report["counts"].items()) + ")"
+    unknown = report.get("unknown_columns") or []
+    if unknown:
+        text += (f"\n  {len(unknown)} column(s) not mapped to any record field, ignored: "
+                 + ", ".join(unknown[:10]) + (" ..." if len(unknown) > 10 else ""))
     for b in report["bad"][:5]:
         text += "\n  " + BadRecord(**b).message()
     if len(report["bad"]) > 5:
@@ -356,8 +389,9 @@ def run(cfg: CohortStepConfig) -> int:
     """The cohort step (see the module docstring); returns the exit code."""
     ds = cfg.dataset if isinstance(cfg.dataset, CohortConfig) else validated(CohortConfig, dict(cfg.dataset), "dataset")
     run_dir = Path(cfg.run_dir)
-    records, bad = load_cohort(ds)
-    report = input_report(ds, records, bad)
+    notes: dict[str, Any] = {}
+    records, bad = load_cohort(ds, notes)
+    report = input_report(ds, records, bad, notes)
     print(summary(report), flush=True)
     if cfg.dry_run:
         return 0 if records else 2

@@ -15,16 +15,16 @@ from jobs.import_ratings_config import RatingsImportConfig
 from jobs.sqpsych.benchmarks import BenchmarksJobConfig
 from jobs.sqpsych.cohort import CohortConfig
 from jobs.sqpsych.export import ExportConfig
-from jobs.sqpsych.panel import PanelConfig
+from jobs.sqpsych.fidelity import FidelityConfig
 from jobs.sqpsych.preference import PreferenceConfig
 from jobs.sqpsych.synthesize import SynthesizeConfig
 
-STEPS = ["cohort", "synthesize", "panel", "experts", "preference", "benchmarks", "export", "report"]
+STEPS = ["cohort", "synthesize", "panel", "fidelity", "experts", "preference", "benchmarks", "export", "report"]
 
 
-class SQPsychConfig(SynthesizeConfig, PanelConfig, PreferenceConfig, BenchmarksJobConfig):
-    """cohort -> profiles, synthesize -> turns + dialogues, panel / experts / preference ->
-    scores, benchmarks -> bench_answers, export -> JSONL, report."""
+class SQPsychConfig(SynthesizeConfig, FidelityConfig, PreferenceConfig, BenchmarksJobConfig):
+    """cohort -> profiles, synthesize -> turns + dialogues, panel / fidelity / experts /
+    preference -> scores, benchmarks -> bench_answers, export -> JSONL, report."""
 
     dataset: CohortConfig = Field(description="The cohort (conf/dataset/sqpsych_*.yaml): synthetic or a mapped CSV.")
     ratings: RatingsImportConfig | None = Field(

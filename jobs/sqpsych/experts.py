@@ -19,8 +19,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from jobs.import_ratings import ImportReport, command, RatingsImportConfig, ratings_to_rows, read_ratings_csv
-from jobs.core.rubric import load_rubric
+from jobs.core.rubric import Rubric, load_rubric
 from jobs.core.schemas import DIALOGUES, SCORES, SCORES_CALL_KEY, SUBJECT_DIALOGUE, SUBJECT_RESPONSE
 from jobs.core.store import TableStore
 from jobs.core.configfiles import ConfigError
@@ -43,12 +45,35 @@ def known_dialogues(run_dir: str | Path) -> tuple[set[str] | None, set[str] | No
     return set(d["context_id"].astype(str)), set(d["model"].astype(str))
 
 
+def scored_part(rubric: Rubric, header: list[str], cfg: RatingsImportConfig) -> Rubric:
+    """The rubric reduced to the aggregates whose every item has a column in the file: the
+    paper's experts scored the therapist's 9 items only (Table 5, /18), without the client and
+    overall ones. Same name and version, so the scores sit beside the judges'. The whole rubric
+    when the file has every item or no complete aggregate (the importer then names what is missing)."""
+    present = {it for it in rubric.required_items if cfg.columns.items.get(it, it) in header}
+    if present == set(rubric.required_items):
+        return rubric
+    whole = {k: a for k, a in rubric.aggregates.items() if set(a.items) <= present}
+    if not whole:
+        return rubric
+    keep = {i for a in whole.values() for i in a.items}
+    return rubric.model_copy(update={"items": [it for it in rubric.items if it.name in keep], "aggregates": whole})
+
+
 def import_expert_scores(cfg: RatingsImportConfig, run_dir: str | Path) -> ImportReport:
-    """Read `cfg.path` and write its expert scores to RUN_DIR/scores/ as dialogue subjects."""
+    """Read `cfg.path` and write its expert scores to RUN_DIR/scores/ as dialogue subjects (all
+    the rubric's items, or only whole parts of it such as the therapist's 9: `scored_part`)."""
     rubric = load_rubric(cfg.rubric)
     if rubric.subject != SUBJECT_DIALOGUE:
         raise ConfigError(f"rubric {rubric.name!r} is about {rubric.subject!r} subjects; expert scores of "
                           f"dialogues need a rubric whose subject is {SUBJECT_DIALOGUE!r} (e.g. sqpsych_panel)")
+    path = cfg.resolved_path()
+    if path.is_file():
+        part = scored_part(rubric, list(pd.read_csv(path, dtype=str, nrows=0).columns), cfg)
+        if part is not rubric:
+            print(f"experts: {path.name} scores {sorted(part.aggregates)} only ({len(part.items)} items); "
+                  f"the other parts of {rubric.name!r} stay unscored by the experts", flush=True)
+            rubric = part
     df = read_ratings_csv(cfg, rubric)
     report = ImportReport(file=str(cfg.resolved_path()), rubric_version=rubric.version)
     store = TableStore(run_dir, SCORES, writer=True)

@@ -19,8 +19,11 @@ turns of one role are joined into one message (chat templates expect the roles t
 and trailing client turns are dropped (a training example ends on what the model should say).
 `RUN_DIR/export/manifest.json` counts what was exported and what was left out, and why.
 
-The metadata carries ids and counts, never the profile's text: the dialogues of a restricted
-cohort stay as restricted as the cohort, and are never to be uploaded to an external trainer.
+The metadata carries ids, counts, the client's split and the sensitivity label, never the
+profile's text. Only the splits in `export.splits` go into the file (default: train; the test
+split never unless asked). The manifest's `sensitivity` is `restricted` when any exported
+dialogue's profile is (or lacks a label): a restricted cohort's export stays restricted, never
+to be uploaded to an external trainer.
 """
 
 from __future__ import annotations
@@ -32,11 +35,16 @@ import re
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from jobs.core.base import StrictModel
+
+from analysis.sqpsych.leakage import FLAG_SPAN, longest_shared_run, words
+from jobs.sqpsych.schemas import PROFILES
 
 from jobs.core.schemas import DIALOGUES, STATUS_OK
 from jobs.core.store import TableStore
@@ -49,10 +57,8 @@ DEFAULT_SYSTEM = ("You are a licensed therapist practising cognitive behavioral 
                   "identify and challenge unhelpful thinking, and agree on small, concrete steps.")
 
 
-class ExportConfig(BaseModel):
+class ExportConfig(StrictModel):
     """How the dialogues become training examples (`export.*` keys)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     system_prompt: str | None = Field(DEFAULT_SYSTEM, description="The system message of every example "
                                       "(null: none).")
@@ -63,6 +69,11 @@ class ExportConfig(BaseModel):
     ended_by: list[str] = Field(default_factory=lambda: ["stop_token", "cap"],
                                 description="Export only dialogues that ended so (stop_token, cap).")
     min_turns: int = Field(2, ge=1, description="Leave out dialogues with fewer non-empty turns.")
+    splits: list[Literal["train", "dev", "test"]] = Field(
+        default_factory=lambda: ["train"], min_length=1,
+        description="The client splits whose dialogues go into the training file. The test split never "
+        "does unless listed here (the paper evaluates on it); a dialogue whose profile is missing has no "
+        "known split and is left out.")
 
     def system_text(self) -> str | None:
         if self.system_prompt_file:
@@ -75,7 +86,8 @@ def _turns(value: Any) -> list[dict[str, Any]]:
     return sorted((dict(t) for t in turns), key=lambda t: (t.get("turn") is None, t.get("turn") or 0))
 
 
-def to_example(row: dict[str, Any], cfg: ExportConfig, system: str | None) -> tuple[dict[str, Any] | None, str | None]:
+def to_example(row: dict[str, Any], cfg: ExportConfig, system: str | None,
+               profile: dict[str, Any] | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """One dialogue as a training example, or None and why it is left out."""
     messages: list[dict[str, str]] = []
     for t in _turns(row.get("turns")):
@@ -102,6 +114,7 @@ def to_example(row: dict[str, Any], cfg: ExportConfig, system: str | None) -> tu
         "client_model": row.get("partner_model"), "variant": row.get("variant"),
         "prompt_version": row.get("prompt_version"), "first_speaker": row.get("first_speaker"),
         "n_turns": row.get("n_turns"), "ended_by": row.get("ended_by"), "run_id": row.get("run_id"),
+        "split": (profile or {}).get("split"), "sensitivity": _sensitivity(profile),
     }
     return {"messages": head + messages, "metadata": {k: _plain(v) for k, v in meta.items()}}, None
 
@@ -112,6 +125,17 @@ def _plain(v: Any) -> Any:
     if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)):
         return None
     return v.item() if isinstance(v, np.generic) else v
+
+
+def _sensitivity(profile: dict[str, Any] | None) -> str:
+    """The profile's label; anything but an explicit `public` is restricted (fail closed)."""
+    return "public" if profile and profile.get("sensitivity") == "public" else "restricted"
+
+
+def read_profile_labels(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """context_id -> {split, sensitivity, profile} from the cohort step's table (empty when absent)."""
+    df = TableStore(run_dir, PROFILES).read(columns=["context_id", "split", "sensitivity", "profile"])
+    return {str(r["context_id"]): r for r in df.to_dict("records")}
 
 
 def file_name(model: str) -> str:
@@ -137,11 +161,14 @@ def export(run_dir: str | Path, cfg: ExportConfig | None = None) -> dict[str, An
     system = cfg.system_text()
     out_dir = run_dir / EXPORT_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
+    labels = read_profile_labels(run_dir)
     manifest: dict[str, Any] = {"source": f"{DIALOGUES.name}/", "roles": cfg.roles, "ended_by": cfg.ended_by,
-                                "system_prompt": system, "models": {}}
+                                "splits": list(cfg.splits), "system_prompt": system, "models": {}}
+    exported_sensitivity: list[str] = []
     for model, group in dialogues.sort_values("dialogue_id").groupby("model", sort=True):
         left_out: Counter[str] = Counter()
         lines: list[str] = []
+        flagged: list[str] = []
         for row in group.to_dict("records"):
             if row.get("status") != STATUS_OK:
                 left_out[f"status {row.get('status')}"] += 1
@@ -149,15 +176,35 @@ def export(run_dir: str | Path, cfg: ExportConfig | None = None) -> dict[str, An
             if row.get("ended_by") not in cfg.ended_by:
                 left_out[f"ended by {row.get('ended_by')}"] += 1
                 continue
-            example, why = to_example(row, cfg, system)
+            profile = labels.get(str(row.get("context_id")))
+            if profile is None:
+                left_out["no profile: split unknown"] += 1
+                continue
+            if profile.get("split") not in cfg.splits:
+                left_out[f"split {profile.get('split')} (export.splits: {list(cfg.splits)})"] += 1
+                continue
+            example, why = to_example(row, cfg, system, profile)
             if example is None:
                 left_out[why] += 1
                 continue
+            # The leakage audit: the longest verbatim run of the record the dialogue repeats.
+            text = " ".join(m["content"] for m in example["messages"] if m["role"] != "system")
+            run = longest_shared_run(words(text), words(profile.get("profile")))
+            example["metadata"]["leakage_longest_run"] = run
+            if run >= FLAG_SPAN:
+                flagged.append(str(row.get("dialogue_id")))
             lines.append(json.dumps(example, ensure_ascii=False))
+            exported_sensitivity.append(example["metadata"]["sensitivity"])
         path = out_dir / file_name(str(model))
         _write_atomic(path, lines)
         manifest["models"][str(model)] = {"file": f"{EXPORT_DIR}/{path.name}", "dialogues": len(group),
-                                          "exported": len(lines), "left_out": dict(left_out)}
+                                          "exported": len(lines), "left_out": dict(left_out),
+                                          "leakage_flagged": flagged}
+    manifest["leakage"] = (f"an exported dialogue repeating {FLAG_SPAN}+ consecutive words of its client record "
+                           "is listed under leakage_flagged (analysis/sqpsych/leakage.py)")
+    # The export is as restricted as its most restricted profile (an empty export as the run's cohort).
+    every = exported_sensitivity or [_sensitivity(p) for p in labels.values()] or ["restricted"]
+    manifest["sensitivity"] = "public" if all(x == "public" for x in every) else "restricted"
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
     return manifest
 
@@ -168,6 +215,9 @@ def summary(manifest: dict[str, Any]) -> str:
         why = "; ".join(f"{k}: {v}" for k, v in m["left_out"].items())
         lines.append(f"  {model}: {m['exported']} of {m['dialogues']} dialogue(s) -> {m['file']}"
                      + (f" (left out: {why})" if why else ""))
+    flagged = sum(len(m.get("leakage_flagged", [])) for m in manifest["models"].values())
+    lines.append(f"  splits {manifest.get('splits')}; sensitivity: {manifest.get('sensitivity')}; "
+                 f"leakage audit: {flagged} dialogue(s) repeat {FLAG_SPAN}+ words of their record")
     return "\n".join(lines)
 
 
@@ -189,6 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--system-prompt-file", default=None, help="file with the system message of every example")
     parser.add_argument("--no-system-prompt", action="store_true", help="examples without a system message")
     parser.add_argument("--ended-by", nargs="+", default=None, help="export dialogues that ended so (stop_token cap)")
+    parser.add_argument("--splits", nargs="+", default=None, help="client splits to export (default: train)")
     args = parser.parse_args(argv)
     fields: dict[str, Any] = {}
     if args.no_system_prompt:
@@ -197,6 +248,8 @@ def main(argv: list[str] | None = None) -> None:
         fields["system_prompt_file"] = args.system_prompt_file
     if args.ended_by:
         fields["ended_by"] = args.ended_by
+    if args.splits:
+        fields["splits"] = args.splits
     try:
         manifest = export(args.run_dir, ExportConfig(**fields))
     except ConfigError as exc:

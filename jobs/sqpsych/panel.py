@@ -5,7 +5,9 @@
 The method, as the code runs it (the shared rubric engine and `JudgeStage`; the rubric file
 `conf/rubric/sqpsych_panel.yaml` says what is asked):
 1. read the run's dialogues (`RUN_DIR/dialogues/`, status ok: ended by the stop token or the cap)
-   and the profiles they were synthesized from (`RUN_DIR/profiles/`);
+   and the profiles they were synthesized from (`RUN_DIR/profiles/`); keep the test split's and,
+   per therapist model, a seeded sample of 3 MDD + 2 control clients (the paper's 35 for seven
+   models; `panel_split`, `panel_sample`);
 2. refuse before any request if a restricted profile's dialogue would reach an external judge: a
    dialogue is as restricted as the questionnaire it role-plays, and a dialogue whose profile
    does not say `public` is restricted (fail closed);
@@ -13,7 +15,9 @@ The method, as the code runs it (the shared rubric engine and `JudgeStage`; the 
    `Client: ...`, one rubric call (JSON constrained by the rubric's schema, at temperature 0 in
    the experiment, bounded repair), one `scores` row per item (subject_type `dialogue`,
    subject_id = the dialogue's id, responder = the therapist model);
-4. re-running resumes: written calls are skipped, calls with a failed required item are asked
+4. a judge that played a part in a dialogue (its therapist or client model) is not asked about
+   it unless `allow_self_judging` (then the report shows the self-preference gap);
+5. re-running resumes: written calls are skipped, calls with a failed required item are asked
    again (`retry_failed`). The totals (/18, /8, /10, /36) are the rubric's aggregates.
 
 The judging loop (resume, plan, stage, failure summary) is the shared `jobs.judge.judge_planned`.
@@ -23,7 +27,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Iterable
+import hashlib
+from typing import Any, Iterable, Literal
 
 import pandas as pd
 from pydantic import Field
@@ -39,8 +44,8 @@ from jobs.core.modelconfig import GenerationOverrides
 from jobs.core.configfiles import ConfigError, load_model
 from serving.governance import check_all
 
-__all__ = ["JudgingConfig", "PanelConfig", "plan_panel", "read_profiles",
-           "render_transcript", "run", "subjects_sensitivity"]
+__all__ = ["JudgingConfig", "PanelConfig", "plan_panel", "read_profiles", "render_transcript", "run",
+           "select_dialogues", "self_judged", "subjects_sensitivity"]
 
 # What the judging jobs read of the cohort step's profiles table.
 PROFILES_DIR = PROFILES.name
@@ -64,12 +69,23 @@ class JudgingConfig(RunConfig):
 
 
 class PanelConfig(JudgingConfig):
-    """The LLM panel: every ok dialogue x every judge on a dialogue rubric -> scores."""
+    """The LLM panel: the sampled test dialogues x every judge on a dialogue rubric -> scores."""
 
     rubric: str = Field(
         "sqpsych_panel",
         description="The `rubric` config group's choice: conf/rubric/NAME.yaml (a rubric whose subject is dialogue).",
     )
+    panel_split: Literal["train", "dev", "test"] | None = Field(
+        "test", description="Judge dialogues of this split's clients (the paper: test); None: every split.")
+    panel_sample: dict[str, int] | None = Field(
+        default_factory=lambda: {"mdd": 3, "control": 2},
+        description="Dialogues per therapist model and client group (the paper: 3 MDD + 2 control = 5 per "
+        "model, 35 for seven); the same clients for every model where they have a dialogue. None: all.")
+    panel_seed: int = Field(0, description="Seed of the sample (which clients).")
+    allow_self_judging: bool = Field(
+        False, description="Let a judge score dialogues it played a part in (therapist or client). Off by "
+        "default: such pairs are left out and counted; when on, they are judged and the report shows the "
+        "self-preference gap.")
 
 
 # --- reading the run ------------------------------------------------------------------------------
@@ -115,13 +131,45 @@ def check_placeholders(rubric: Rubric, subject: str, fills: tuple[str, ...]) -> 
                           f"(it fills {list(fills)})")
 
 
+# --- which dialogues, which judges ----------------------------------------------------------------
+
+
+def _rank(seed: int, context_id: str) -> str:
+    return hashlib.sha256(f"{seed}\x1f{context_id}".encode()).hexdigest()
+
+
+def select_dialogues(dialogues: pd.DataFrame, meta: pd.DataFrame, split: str | None,
+                     sample: dict[str, int] | None, seed: int = 0) -> pd.DataFrame:
+    """The dialogues the panel judges: those of `split`'s clients (`meta`: context_id, group,
+    split), then per therapist model the first `sample[group]` clients of each group in one
+    seeded order, the same order for every model (so models are compared on the same clients
+    where they have them)."""
+    info = meta.assign(context_id=meta["context_id"].astype(str)).set_index("context_id")
+    d = dialogues.assign(_group=dialogues["context_id"].astype(str).map(info["group"]),
+                         _split=dialogues["context_id"].astype(str).map(info["split"]))
+    if split is not None:
+        d = d[d["_split"] == split]
+    if sample is not None:
+        d = d.assign(_rank=[_rank(seed, str(c)) for c in d["context_id"]]).sort_values(["model", "_rank"])
+        d = d[d["_group"].isin(sample)]
+        position = d.groupby(["model", "_group"]).cumcount()
+        d = d[position < d["_group"].map(sample)].drop(columns="_rank")
+    return d.drop(columns=["_group", "_split"]).reset_index(drop=True)
+
+
+def self_judged(dialogue: Any, judge: str) -> bool:
+    """Whether `judge` played a part in the dialogue (its therapist or its client)."""
+    return judge in {getattr(dialogue, "model", None), getattr(dialogue, "partner_model", None)}
+
+
 # --- planning -------------------------------------------------------------------------------------
 
 
 def plan_panel(dialogues: pd.DataFrame, profiles: pd.DataFrame, judges: list[str],
-               rubric: Rubric) -> tuple[pd.DataFrame, int]:
+               rubric: Rubric, allow_self: bool = True) -> tuple[pd.DataFrame, int]:
     """(dialogue, judge) rows with the rubric's placeholders as columns; also how many dialogues
-    were left out because the rubric shows the profile and the run has none for them."""
+    were left out because the rubric shows the profile and the run has none for them. Without
+    `allow_self`, a judge is not asked about a dialogue it played a part in."""
     needs_profile = "profile" in rubric.placeholders
     profile_of = dict(zip(profiles["context_id"].astype(str), profiles["profile"]))
     rows, missing = [], 0
@@ -133,6 +181,8 @@ def plan_panel(dialogues: pd.DataFrame, profiles: pd.DataFrame, judges: list[str
             continue
         transcript = render_transcript(d.turns)
         for j in judges:
+            if not allow_self and self_judged(d, j):
+                continue
             row = {"subject_type": SUBJECT_DIALOGUE, "subject_id": d.dialogue_id, "context_id": cid,
                    "responder": d.model, "judge": j, "transcript": transcript}
             if needs_profile:
@@ -143,25 +193,45 @@ def plan_panel(dialogues: pd.DataFrame, profiles: pd.DataFrame, judges: list[str
     return pd.DataFrame(rows, columns=cols), missing
 
 
-def print_plan(desc: str, n_subjects: int, what: str, judges: list, overrides: GenerationOverrides) -> None:
-    """The plan before any subject exists (a paper-scale dry run): calls, tokens, GPUs."""
-    planned = pd.DataFrame({"model": [j.name for j in judges for _ in range(n_subjects)]})
-    print(f"{desc} (planned): {n_subjects} {what}, each judged by {len(judges)} judge(s)", flush=True)
+def print_plan(desc: str, n_subjects: int, what: str, judges: list, overrides: GenerationOverrides,
+               per_judge: dict[str, int] | None = None) -> None:
+    """The plan before any subject exists (a paper-scale dry run): calls, tokens, GPUs.
+    `per_judge`: calls of each judge where not every judge gets every subject."""
+    calls = per_judge or {j.name: n_subjects for j in judges}
+    planned = pd.DataFrame({"model": [j.name for j in judges for _ in range(calls.get(j.name, 0))]})
+    print(f"{desc} (planned): {n_subjects} {what}, each judged by {len(judges)} judge(s)"
+          + (f"; {sum(calls.values())} calls" if per_judge else ""), flush=True)
     print(plan_text(judges, planned, overrides), flush=True)
 
 
 def planned_profiles(cfg: Any, run_dir: Path) -> int | None:
     """Profiles the chain will have, for a dry run before synthesis: those written, else the
-    dataset's limit; None when unknown."""
-    return len(read_profiles(run_dir)) or getattr(getattr(cfg, "dataset", None), "limit", None)
+    dataset's limit, else a synthetic cohort's size; None when unknown."""
+    dataset = getattr(cfg, "dataset", None)
+    size = getattr(dataset, "size", None) if getattr(dataset, "source", None) == "synthetic" else None
+    return len(read_profiles(run_dir)) or getattr(dataset, "limit", None) or size
 
 
 def planned_dialogues(cfg: Any, run_dir: Path) -> int | None:
-    """Dialogues the chain will synthesize, for a dry run before synthesis: `planned_profiles` x
-    therapist models of the chain's config; None when unknown."""
+    """Dialogues the panel will judge, for a dry run before synthesis: `planned_profiles` (at most
+    the sample's size per model) x therapist models of the chain's config; None when unknown."""
     models = getattr(cfg, "models", None) or []
     n_profiles = planned_profiles(cfg, run_dir)
+    sample = getattr(cfg, "panel_sample", None)
+    if sample:  # the paper's sample: at most sum(sample) per model, known before any profile exists
+        n_profiles = min(n_profiles, sum(sample.values())) if n_profiles else sum(sample.values())
     return n_profiles * len(models) if n_profiles and models else None
+
+
+def planned_calls(cfg: Any, n_dialogues: int) -> dict[str, int] | None:
+    """Per judge, the dialogues it will be asked about: all of them, less those of the therapist
+    models it plays (itself, or as the client of every model), unless self-judging is allowed."""
+    models = getattr(cfg, "models", None) or []
+    if getattr(cfg, "allow_self_judging", True) or not models:
+        return None
+    per_model = n_dialogues / len(models)
+    client = getattr(cfg, "client_model", None)
+    return {j: round(per_model * sum(1 for m in models if j not in {m, client or m})) for j in cfg.judges}
 
 
 # --- judging --------------------------------------------------------------------------------------
@@ -171,6 +241,8 @@ def run(cfg: PanelConfig) -> int:
     if not cfg.judges:
         raise ConfigError("no judges: set judges=[model,...] (model files in conf/model/)")
     rubric = load_rubric(cfg.rubric)  # fail early on a bad rubric file
+    # The step's name in what it prints: another rubric on the panel's machinery says its own.
+    desc = "panel" if cfg.rubric == PanelConfig.model_fields["rubric"].default else cfg.rubric
     check_placeholders(rubric, SUBJECT_DIALOGUE, PANEL_PLACEHOLDERS)
     judges = [load_model(name) for name in cfg.judges]
     run_dir = Path(cfg.run_dir)
@@ -181,15 +253,28 @@ def run(cfg: PanelConfig) -> int:
             if n is None:
                 print("panel (planned): the run has no dialogues yet; nothing to plan", flush=True)
             else:
-                print_plan("panel", n, "dialogues", judges, cfg.judge_generation)
+                print_plan(desc, n, "dialogues", judges, cfg.judge_generation, planned_calls(cfg, n))
             return 0
         raise ConfigError(f"no finished dialogues in {run_dir / DIALOGUES.name}: run the synthesis on this run_dir first")
     profiles = read_profiles(run_dir)
+    # Checked on every finished dialogue, before choosing: one without a profile fails closed.
     sensitivity = subjects_sensitivity(dialogues["context_id"], profiles)
     check_all(judges, sensitivity, f"the profiles of {run_dir} (and the dialogues role-played from them)")
+    meta = TableStore(run_dir, PROFILES).read(columns=["context_id", "group", "split"])
+    chosen = select_dialogues(dialogues, meta, cfg.panel_split, cfg.panel_sample, cfg.panel_seed)
+    print(f"panel: {len(chosen)} of {len(dialogues)} finished dialogue(s) judged (split {cfg.panel_split or 'all'}, "
+          f"sample {cfg.panel_sample or 'all'} per model)", flush=True)
+    if chosen.empty:
+        print("panel: no dialogue of the chosen split; nothing to judge", flush=True)
+        return 0
 
-    planned, missing = plan_panel(dialogues, profiles, cfg.judges, rubric)
+    n_self = sum(self_judged(d, j) for d in chosen.itertuples(index=False) for j in cfg.judges)
+    if n_self:
+        print(f"panel: {n_self} (dialogue, judge) pair(s) where the judge played the therapist or the client: "
+              + ("judged (allow_self_judging; the report shows the self-preference gap)" if cfg.allow_self_judging
+                 else "left out (allow_self_judging=true to judge them)"), flush=True)
+    planned, missing = plan_panel(chosen, profiles, cfg.judges, rubric, allow_self=cfg.allow_self_judging)
     if missing:
         print(f"warning: {missing} dialogue(s) were not judged: rubric {rubric.name!r} shows the profile and "
               f"{run_dir / PROFILES_DIR} has none for them", file=sys.stderr)
-    return judge_planned(cfg, rubric, judges, planned, sensitivity, "panel")
+    return judge_planned(cfg, rubric, judges, planned, sensitivity, desc)

@@ -3,8 +3,8 @@
     python -m jobs.pipeline experiment=sqpsych judges=[...] preference_pairs=[[qwq-32b,gemma-3-27b-it]]
 
 The method, as the code runs it:
-1. for each profile and each pair of therapist models (`preference_pairs`, or every pair of the
-   models with dialogues) whose dialogues with that profile both ended ok, every judge is asked
+1. for each profile and each pair of therapist models (`preference_pairs`; every pair of the
+   models with dialogues only with `preference_all_pairs`, never by default) whose dialogues with that profile both ended ok, every judge is asked
    twice, once with each session first (subject_type `pair`, subject_id
    `<context_id>|<a>|<b>|ab` and `...|ba`, responder `a|b`), on `conf/rubric/sqpsych_preference.yaml`
    (one signed item: 1 = session A better, -1 = session B better, 0 = tie): two `scores` rows;
@@ -53,8 +53,12 @@ class PreferenceConfig(JudgingConfig):
         "sqpsych_preference", description="Rubric of the pairwise judgment (conf/rubric/NAME.yaml, subject pair)."
     )
     preference_pairs: list[list[str]] | None = Field(
-        None, description="Pairs of therapist models [a, b] to compare (None: every pair of the models with dialogues)."
+        None, description="Pairs of therapist models [a, b] to compare (the paper: its fine-tuned model against "
+        "each baseline). None: no comparison, unless preference_all_pairs."
     )
+    preference_all_pairs: bool = Field(
+        False, description="Compare every pair of the models with dialogues (7 models: 21 pairs; at paper scale "
+        "2,090 profiles x 21 pairs x 2 orders x 3 judges = 263,340 calls). Off: the dry run states that count.")
 
     @field_validator("preference_pairs")
     @classmethod
@@ -90,11 +94,21 @@ def split_pair_subject(subject_id: str) -> tuple[str, str, str, str]:
 # --- planning -------------------------------------------------------------------------------------
 
 
-def model_pairs(models: list[str], pairs: list[list[str]] | None) -> list[tuple[str, str]]:
-    """The pairs to compare: as configured, or every pair of `models` (sorted, a before b)."""
+def model_pairs(models: list[str], pairs: list[list[str]] | None, all_pairs: bool = False) -> list[tuple[str, str]]:
+    """The pairs to compare: as configured; every pair of `models` (sorted, a before b) only when
+    `all_pairs`; else none."""
     if pairs is not None:
         return [(a, b) for a, b in pairs]
-    return list(itertools.combinations(sorted(set(models)), 2))
+    return list(itertools.combinations(sorted(set(models)), 2)) if all_pairs else []
+
+
+def all_pairs_note(n_models: int, n_profiles: int | None, n_judges: int) -> str:
+    """What every pair would cost, said when the default plans none."""
+    k = n_models * (n_models - 1) // 2
+    calls = f" = {n_profiles * k * len(ORDERS) * n_judges:,} calls" if n_profiles else ""
+    return (f"preference: no pairs configured (preference_pairs=[[a,b],...]); every pair of the {n_models} "
+            f"models would be {k} pairs x {n_profiles or '?'} profiles x {len(ORDERS)} orders x {n_judges} judges"
+            f"{calls} (preference_all_pairs=true)")
 
 
 def plan_preferences(dialogues: pd.DataFrame, profiles: pd.DataFrame, pairs: list[tuple[str, str]],
@@ -144,8 +158,10 @@ def run(cfg: PreferenceConfig) -> int:
         if cfg.dry_run:
             models = getattr(cfg, "models", None) or []
             n_profiles = planned_profiles(cfg, run_dir)
-            pairs = model_pairs(models, cfg.preference_pairs)
-            if not n_profiles or not pairs:
+            pairs = model_pairs(models, cfg.preference_pairs, cfg.preference_all_pairs)
+            if not pairs and len(models) > 1:
+                print(all_pairs_note(len(models), n_profiles, len(judges)), flush=True)
+            elif not n_profiles or not pairs:
                 print("preference (planned): the run has no dialogues yet; nothing to plan", flush=True)
             else:
                 print_plan("preference", n_profiles * len(pairs) * len(ORDERS),
@@ -155,7 +171,10 @@ def run(cfg: PreferenceConfig) -> int:
         raise ConfigError(f"no finished dialogues in {run_dir / DIALOGUES.name}: run the synthesis on this run_dir first")
 
     models = sorted(dialogues["model"].unique())
-    pairs = model_pairs(models, cfg.preference_pairs)
+    pairs = model_pairs(models, cfg.preference_pairs, cfg.preference_all_pairs)
+    if not pairs and len(models) > 1:
+        print(all_pairs_note(len(models), dialogues["context_id"].nunique(), len(judges)), flush=True)
+        return 0
     absent = sorted({m for p in pairs for m in p} - set(models))
     if absent:
         print(f"warning: preference_pairs name {absent}, which have no finished dialogues in this run "

@@ -12,12 +12,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from jobs.core.base import StrictModel
 
 GROUPS = ("control", "mdd")
+YES_NO = {"yes": 1, "no": 0, "y": 1, "n": 0, "true": 1, "false": 0, "ja": 1, "nein": 0}
 SPLITS = ("train", "dev", "test")
 Group = Literal["control", "mdd"]
 Split = Literal["train", "dev", "test"]
+
+# The paper's Table 3: clients per split and group (test 253 = 117 control + 136 MDD, dev 144 =
+# 106 + 38; train the rest of the 1,178 control and 912 MDD). Not stratified: the test split has
+# more MDD clients than the cohort's mix, the dev split fewer.
+PAPER_SPLIT_GROUPS: dict[str, dict[str, int]] = {
+    "test": {"control": 117, "mdd": 136},
+    "dev": {"control": 106, "mdd": 38},
+    "train": {"control": 1178 - 117 - 106, "mdd": 912 - 136 - 38},
+}
 
 
 @dataclass(frozen=True)
@@ -45,9 +57,11 @@ class Scale:
         return self.max_values[n - 1] if 1 <= n <= len(self.max_values) else None
 
 
-# BDI-II: 21 items, each 0-3 (Beck, Steer & Brown 1996). Items 16 (sleep) and 18 (appetite)
-# have a/b variants of 1-3 (more or less); a record keeps the level, as the total does.
-BDI = Scale("bdi", "BDI", "Beck Depression Inventory-II", (3,) * 21)
+# BDI-I: 21 items, each 0-3 (Beck et al. 1961; Beck & Beamesderfer 1974), the version the SQPsych
+# paper's cohort answered (its Figure 8), not the BDI-II. Its weight-loss item 19 comes with the
+# supplementary yes/no question BDI_DIAET (deliberate dieting; the record's `bdi_diet`), which
+# is not part of the total.
+BDI = Scale("bdi", "BDI", "Beck Depression Inventory (BDI-I)", (3,) * 21)
 # HAM-D 17 (Hamilton 1960): nine items 0-4, eight items 0-2 (insomnia x3, gastrointestinal,
 # general somatic, genital, weight loss, insight); total 0-52. Weight loss "not assessed" (3 in
 # some sheets) is a missing value, not a score.
@@ -89,13 +103,14 @@ def as_item_value(value: Any) -> int | None:
 
 
 def item_problems(scale: Scale, values: Mapping[str, Any]) -> list[ItemProblem]:
-    """Every problem of one questionnaire's values, in item order (unknown codes first)."""
+    """Every problem of one questionnaire's values, in item order (unknown codes first). An item
+    that is absent or blank is no problem: real cohorts have gaps, and the profile says "not
+    recorded" for it."""
     problems = [ItemProblem(code, v, "unknown item code") for code, v in values.items()
                 if scale.item_max(code) is None]
     for code in scale.codes:
-        if code not in values or values[code] is None:
-            problems.append(ItemProblem(code, None, "missing item"))
-            continue
+        if code not in values or values[code] is None or values[code] == "":
+            continue  # not recorded: the profile says so, the total is not computed
         value = as_item_value(values[code])
         if value is None:
             problems.append(ItemProblem(code, values[code], "not an integer"))
@@ -104,11 +119,9 @@ def item_problems(scale: Scale, values: Mapping[str, Any]) -> list[ItemProblem]:
     return problems
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Demographics(_Strict):
+class Demographics(StrictModel):
     """Who the client is. Categorical values are codes of `conf/sqpsych/codebooks/demographics.yaml`
     (a value that is no code there is shown as written)."""
 
@@ -118,9 +131,12 @@ class Demographics(_Strict):
     education: str | None = Field(None, description="Highest education, a code or text.")
     living_situation: str | None = Field(None, description="Code (alone, partner, family, ...) or text.")
     work_situation: str | None = Field(None, description="Code (employed, unemployed, student, ...) or text.")
+    marital_status: str | None = Field(None, description="Code (single, married, ...) or text.")
+    children: int | None = Field(None, ge=0, description="Number of children.")
+    siblings: int | None = Field(None, ge=0, description="Number of siblings.")
 
 
-class ClinicalHistory(_Strict):
+class ClinicalHistory(StrictModel):
     """The clinical history as the cohort records it; controls have mostly empty fields."""
 
     diagnosis_code: str | None = Field(None, description="DSM-IV code, e.g. 296.32; None for controls.")
@@ -129,17 +145,27 @@ class ClinicalHistory(_Strict):
     onset_age: int | None = Field(None, ge=0, le=120, description="Age at the first episode.")
     family_history: str | None = Field(None, description="Affective disorders in the family: yes, no, unknown, or text.")
     medication: str | None = Field(None, description="Current psychiatric medication, or none.")
+    comorbidity: str | None = Field(None, description="Other current diagnoses (text), or none.")
+    psychiatric_history: str | None = Field(None, description="Earlier psychiatric history in words.")
+    hospitalizations: int | None = Field(None, ge=0, description="Number of psychiatric inpatient stays.")
+    inpatient_weeks: float | None = Field(None, ge=0, description="Total duration of inpatient treatment, weeks.")
+    outpatient_weeks: float | None = Field(None, ge=0, description="Total duration of outpatient treatment, weeks.")
+    psychotherapy: str | None = Field(None, description="Psychotherapy so far: code (none, current, past) or text.")
 
 
-class ClientRecord(_Strict):
-    """One client. Questionnaires are `{item code: value}`, complete, or None when not taken."""
+class ClientRecord(StrictModel):
+    """One client. Questionnaires are `{item code: value}` (a value None: not recorded), or None
+    when not taken."""
 
     client_id: str = Field(min_length=1, description="Unique within the cohort; the profiles' key.")
     demographics: Demographics = Field(default_factory=Demographics)
     history: ClinicalHistory = Field(default_factory=ClinicalHistory)
-    bdi: dict[str, int] | None = Field(None, description="BDI-II, 21 items 0-3.")
-    hamd: dict[str, int] | None = Field(None, description="HAM-D 17, items 0-4 or 0-2.")
-    hama: dict[str, int] | None = Field(None, description="HAM-A, 14 items 0-4.")
+    bdi: dict[str, int | None] | None = Field(None, description="BDI-I, 21 items 0-3.")
+    bdi_diet: int | None = Field(
+        None, ge=0, le=1, description="BDI_DIAET, asked with BDI item 19: deliberately eating less to lose "
+        "weight (1 yes, 0 no); not part of the total. Also read from yes/no, true/false.")
+    hamd: dict[str, int | None] | None = Field(None, description="HAM-D 17, items 0-4 or 0-2.")
+    hama: dict[str, int | None] | None = Field(None, description="HAM-A, 14 items 0-4.")
     group: Group = Field(description="control (healthy) or mdd (major depressive disorder).")
     split: Split = Field(description="train, dev or test.")
 
@@ -155,7 +181,16 @@ class ClientRecord(_Strict):
         if problems:
             client = info.data.get("client_id", "?")
             raise ValueError(f"client {client}: " + "; ".join(p.describe() for p in problems))
-        return {code: as_item_value(values[code]) for code in scale.codes}
+        return {code: as_item_value(values.get(code)) for code in scale.codes}
+
+    @field_validator("bdi_diet", mode="before")
+    @classmethod
+    def _yes_no(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            word = value.strip().lower()
+            if word in YES_NO:
+                return YES_NO[word]
+        return value
 
     @model_validator(mode="after")
     def _onset_before_age(self) -> "ClientRecord":
@@ -165,9 +200,17 @@ class ClientRecord(_Strict):
         return self
 
     def total(self, scale: str) -> int | None:
-        """The questionnaire's total score, None when it was not taken."""
+        """The questionnaire's total score; None when it was not taken or an item was not
+        recorded (never a partial sum that reads as complete)."""
         values = getattr(self, scale)
-        return None if values is None else sum(values.values())
+        if values is None or any(v is None for v in values.values()):
+            return None
+        return sum(values.values())
+
+    def not_recorded(self, scale: str) -> list[str]:
+        """The items of a taken questionnaire whose answer the record lacks."""
+        values = getattr(self, scale) or {}
+        return [code for code, v in values.items() if v is None]
 
 
 # Flat field names (as a CSV column mapping names them) -> where they live in the record.
@@ -175,6 +218,7 @@ FLAT_FIELDS: dict[str, tuple[str, ...]] = {
     "client_id": ("client_id",),
     "group": ("group",),
     "split": ("split",),
+    "bdi_diet": ("bdi_diet",),
     **{f: ("demographics", f) for f in Demographics.model_fields},
     **{f: ("history", f) for f in ClinicalHistory.model_fields},
 }

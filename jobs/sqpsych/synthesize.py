@@ -10,11 +10,12 @@ The method, as the code runs it (the paper's section 3 and its code, AI-MH/quest
 3. for each (profile, therapist model) pair, one dialogue `<context_id>|<model>`: the CBT
    therapist prompt and the client prompt of the profile's group, both filled with the
    questionnaire and the whole history; the therapist speaks first; each model plays the client of
-   its own sessions unless `client_model` names a simulator;
+   its own sessions unless `client_model` names a simulator; each model under its own family's
+   protocol (`jobs/sqpsych/protocol.py`: the authors' prompts for that family, its post-processing);
 4. run every dialogue at once through the shared dialogue engine: the stop token `[/END]` ends a
    session only from `min_turns` on (the client may end earlier, by group: the paper strips it
-   before round 12 for MDD clients, round 7 for control ones, round 15 for the therapist), the
-   client answers the therapist's ending once more, a repeated utterance is asked again with a
+   through round 12 for MDD clients, round 7 for control ones, round 15 for the therapist), the
+   client answers the therapist's ending once more, seeing its `[/END]`, a repeated utterance is asked again with a
    note, a countdown asks to wrap up near the end, and `max_turns` is the hard cap;
 5. each answered turn is written to `RUN_DIR/turns/` at once; each ended session to
    `RUN_DIR/dialogues/` (turns, how it ended, the models). Re-running resumes every session from
@@ -35,7 +36,8 @@ from jobs.config import RunConfig
 from jobs.dialogue import AgentSpec, Countdown, DialogueRules, DialogueSpec, run_dialogues
 from jobs.sqpsych.schemas import PROFILES
 from jobs.core.store import TableStore
-from jobs.core.modelconfig import GenerationOverrides
+from jobs.sqpsych.protocol import DEFAULT_PROTOCOL, PROMPTS, load_protocol, prompt_messages, protocol_name
+from jobs.core.modelconfig import GenerationOverrides, ModelConfig
 from jobs.core.configfiles import ConfigError, find_file, load_model
 
 THERAPIST, CLIENT = "therapist", "client"
@@ -50,19 +52,20 @@ class SynthesizeConfig(RunConfig):
         None, description="The client simulator; None: each therapist model also plays its client, as in the paper."
     )
     min_turns: int = Field(
-        29, ge=1, description="The stop token ends a session from this turn on (the paper: the therapist's "
-        "15th utterance, turn 29); before it, it is removed and the session goes on."
+        31, ge=1, description="The therapist's stop token ends a session from this turn on (the authors' code: "
+        "from round 16, turn 31; the paper says 15 rounds, the prompts 20); before it, it is removed."
     )
     client_min_turns: dict[str, int] = Field(
-        default_factory=lambda: {"mdd": 24, "control": 14},
-        description="By group, the turn from which the client may end the session (the paper: round 12 "
-        "MDD, 7 control); a group not listed uses min_turns. Set {} to apply min_turns to both.",
+        default_factory=lambda: {"mdd": 26, "control": 16},
+        description="By group, the turn from which the client may end the session (the authors' code strips "
+        "it while its counter, one behind the round, is below 12 MDD / 7 control: rounds 13 / 8). A group "
+        "not listed uses min_turns. Set {} to apply min_turns to both.",
     )
     max_turns: int = Field(66, ge=2, description="Hard cap in turns (the paper: 33 rounds).")
     countdown: Countdown | None = Field(
-        default_factory=lambda: Countdown(from_turn=45, end_turn=59, counts="rounds"),
-        description="After round 22 the paper tells both agents how many rounds are left before round 30 "
-        "(\"You should end the conversation in 7 turns.\"); null: no countdown.",
+        default_factory=lambda: Countdown(from_turn=45, end_turn=61, counts="rounds"),
+        description="After round 22 the authors' code tells both agents how many rounds are left (round 23: "
+        "\"You should end the conversation in 8 turns.\", 0 at round 31); null: no countdown.",
     )
     max_regenerations: int = Field(10, ge=0, description="Times a repeated utterance is asked again (the paper: 10).")
     generation: GenerationOverrides = Field(
@@ -71,10 +74,13 @@ class SynthesizeConfig(RunConfig):
     client_generation: GenerationOverrides = Field(
         default_factory=GenerationOverrides, description="Overrides of the client model's sampling."
     )
-    therapist_prompt: str = Field("sqpsych/therapist.txt", description="The CBT therapist prompt (on the config search path).")
-    client_prompts: dict[str, str] = Field(
-        default_factory=lambda: {"control": "sqpsych/client_control.txt", "mdd": "sqpsych/client_mdd.txt"},
-        description="The client prompt of each group.",
+    protocol: str | None = Field(
+        None, description="Run every model under this protocol (conf/sqpsych/protocols/); None: each model's "
+        "own (its model file's `protocols.sqpsych`, else the Qwen-2.5 one the paper's main dataset used).")
+    therapist_prompt: str | None = Field(
+        None, description="A therapist prompt file replacing the protocol's (sent as one user message).")
+    client_prompts: dict[str, str] | None = Field(
+        None, description="Client prompt files by group replacing the protocol's (one user message each).",
     )
     prompt_version: str = Field("sqpsych-2025-10", description="Recorded on every dialogue.")
 
@@ -104,39 +110,66 @@ def planned_profiles(cfg: SynthesizeConfig) -> pd.DataFrame:
 
 
 def rules_for(group: str, cfg: SynthesizeConfig) -> DialogueRules:
+    """The authors' turn loop: the client answers the therapist's ending (and sees its token); a
+    client's own ending ends the session after its line."""
     client_min = cfg.client_min_turns.get(group)
     return DialogueRules(
         first_speaker=THERAPIST, stop_token=STOP_TOKEN, min_turns=cfg.min_turns,
         min_turns_by_role={CLIENT: client_min} if client_min is not None else {},
-        max_turns=cfg.max_turns, final_reply=True, max_regenerations=cfg.max_regenerations,
+        max_turns=cfg.max_turns, final_reply=True, final_reply_roles=[THERAPIST], stop_in_history=True,
+        max_regenerations=cfg.max_regenerations,
         repeat_note="Your utterance should be different from {utterance}", countdown=cfg.countdown,
     )
 
 
-def build_specs(profiles: pd.DataFrame, cfg: SynthesizeConfig) -> tuple[list[DialogueSpec], list[str]]:
-    """One dialogue per (profile, therapist model), and each one's sensitivity (the profile's;
-    a missing value reads as restricted)."""
-    therapist = find_file(cfg.therapist_prompt, what="therapist_prompt").read_text(encoding="utf-8")
-    clients = {g: find_file(f, what=f"client_prompts.{g}").read_text(encoding="utf-8")
-               for g, f in cfg.client_prompts.items()}
-    unknown = sorted(set(profiles["group"].dropna()) - set(clients))
+PromptSet = dict[str, tuple[str | None, str]]  # therapist / client_<group> -> (system, user)
+
+
+def prompt_set(model: ModelConfig | None, cfg: SynthesizeConfig) -> tuple[str, PromptSet]:
+    """The protocol a model runs and its prompts; the config's file overrides replace them."""
+    name = cfg.protocol or (protocol_name(model) if model is not None else DEFAULT_PROTOCOL)
+    protocol = load_protocol(name)
+    prompts: PromptSet = {p: prompt_messages(protocol, p) for p in PROMPTS}
+    if cfg.therapist_prompt:
+        prompts["therapist"] = (None, find_file(cfg.therapist_prompt, what="therapist_prompt").read_text(encoding="utf-8"))
+    for group, file in (cfg.client_prompts or {}).items():
+        prompts[f"client_{group}"] = (None, find_file(file, what=f"client_prompts.{group}").read_text(encoding="utf-8"))
+    return name, prompts
+
+
+def _agent(role: str, model: str, prompt: tuple[str | None, str], generation: dict, remove: list[str]) -> AgentSpec:
+    system, user = prompt
+    return AgentSpec(role=role, label=role.capitalize(), model=model, template=user, system=system,
+                     generation=generation, remove=remove)
+
+
+def build_specs(profiles: pd.DataFrame, cfg: SynthesizeConfig,
+                models: dict[str, ModelConfig] | None = None) -> tuple[list[DialogueSpec], list[str]]:
+    """One dialogue per (profile, therapist model), each agent under its own model's protocol, and
+    each dialogue's sensitivity (the profile's; a missing value reads as restricted)."""
+    models = models or {}
+    names = list(dict.fromkeys([*cfg.models, *([cfg.client_model] if cfg.client_model else [])]))
+    sets = {n: prompt_set(models.get(n), cfg) for n in names}
+    removes = {n: list(load_protocol(sets[n][0]).remove) for n in names}
+    groups = {p.removeprefix("client_") for p in sets[names[0]][1] if p.startswith("client_")}
+    unknown = sorted(set(profiles["group"].dropna()) - groups)
     if unknown or profiles["group"].isna().any():
-        bad = profiles[~profiles["group"].isin(clients)]
-        raise ConfigError(f"profiles of group(s) {unknown or [None]} have no client prompt (client_prompts has "
-                          f"{sorted(clients)}); e.g. client {bad['context_id'].iloc[0]!r}")
-    rules = {g: rules_for(g, cfg) for g in clients}
+        bad = profiles[~profiles["group"].isin(groups)]
+        raise ConfigError(f"profiles of group(s) {unknown or [None]} have no client prompt (the prompts have "
+                          f"{sorted(groups)}); e.g. client {bad['context_id'].iloc[0]!r}")
+    rules = {g: rules_for(g, cfg) for g in groups}
     specs, sensitivities = [], []
     for row in profiles.itertuples(index=False):
         for model in cfg.models:
             client_model = cfg.client_model or model
+            name, prompts = sets[model]
             specs.append(DialogueSpec(
                 dialogue_id=f"{row.context_id}|{model}", context_id=str(row.context_id),
-                agents=[AgentSpec(role=THERAPIST, label="Therapist", model=model, template=therapist,
-                                  generation=cfg.generation.as_dict()),
-                        AgentSpec(role=CLIENT, label="Client", model=client_model, template=clients[row.group],
-                                  generation=cfg.client_generation.as_dict())],
+                agents=[_agent(THERAPIST, model, prompts["therapist"], cfg.generation.as_dict(), removes[model]),
+                        _agent(CLIENT, client_model, sets[client_model][1][f"client_{row.group}"],
+                               cfg.client_generation.as_dict(), removes[client_model])],
                 rules=rules[row.group], fields={"questionnaire": row.profile}, tested_role=THERAPIST,
-                prompt_version=cfg.prompt_version,
+                prompt_version=f"{cfg.prompt_version}/{name}",
             ))
             sensitivities.append(row.sensitivity if isinstance(row.sensitivity, str) else "restricted")
     return specs, sensitivities
@@ -152,7 +185,7 @@ def run(cfg: SynthesizeConfig) -> int:
     if profiles.empty:
         print("synthesize: no usable profile (status ok) in the run; nothing to do", flush=True)
         return 0
-    specs, sensitivities = build_specs(profiles, cfg)
+    specs, sensitivities = build_specs(profiles, cfg, models)
     print(f"synthesize: {len(profiles)} profile(s) x {len(cfg.models)} therapist model(s); client: "
           f"{cfg.client_model or 'each therapist model'}", flush=True)
     counts = run_dialogues(specs, sensitivities, models, cfg, desc="synthesize")

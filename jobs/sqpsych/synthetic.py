@@ -3,12 +3,12 @@
 Real cohorts are restricted clinical data and are not shipped; this generator stands in for them
 in demos, tests and benchmarks. The paper's cohort is 2,090 clients (1,178 healthy controls,
 912 with major depressive disorder) split 1,693 / 144 / 253 into train / dev / test; a cohort of
-that size here has exactly those counts, and a smaller one the same proportions (largest
-remainder). Dev and test are stratified by group, so every split has about the cohort's mix.
+that size here has exactly those counts per group and split (Table 3: test 117 control + 136
+MDD, dev 106 + 38; not stratified), and a smaller one the same proportions (largest remainder).
 
 Plausibility comes from one latent severity per client: controls draw it near zero, MDD clients
 around the middle of the range, and every item of the three questionnaires is drawn from it
-(with a per-item weight and noise), so the BDI-II, HAM-D and HAM-A totals are correlated as
+(with a per-item weight and noise), so the BDI, HAM-D and HAM-A totals are correlated as
 they are in clinical samples, controls' totals fall mostly in the minimal / normal bands and MDD
 clients' mostly in the mild to severe ones. Demographics and history follow the group (e.g. MDD
 clients have episodes, an onset age, a DSM-IV code whose severity digit follows their HAM-D,
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.sqpsych.records import SCALES, ClientRecord
+from jobs.sqpsych.records import PAPER_SPLIT_GROUPS, SCALES, ClientRecord
 
 PAPER_GROUPS = {"control": 1178, "mdd": 912}
 PAPER_SPLITS = {"train": 1693, "dev": 144, "test": 253}
@@ -36,7 +36,7 @@ PAPER_SIZE = sum(PAPER_GROUPS.values())  # 2,090 = 1,693 + 144 + 253
 # Latent severity in [0, 1]: Beta(a, b) per group (means 0.085 and 0.40).
 SEVERITY = {"control": (1.3, 14.0), "mdd": (3.2, 4.8)}
 # How much of the latent severity each questionnaire shows: the clinician-rated HAM-D and the
-# HAM-A reach their upper ranges less often than the self-rated BDI-II.
+# HAM-A reach their upper ranges less often than the self-rated BDI.
 SCALE_FACTOR = {"bdi": 1.0, "hamd": 0.75, "hama": 0.6}
 ITEM_NOISE_SD = 0.07
 # Rare items: suicidality, retardation, psychotic-level guilt and lack of insight are endorsed
@@ -53,6 +53,8 @@ WORK = {"control": (["employed", "part_time", "unemployed", "student", "retired"
                 [0.36, 0.14, 0.12, 0.17, 0.13, 0.03, 0.05])}
 FAMILY_HISTORY = {"control": (["yes", "no", "unknown"], [0.12, 0.83, 0.05]),
                   "mdd": (["yes", "no", "unknown"], [0.45, 0.45, 0.10])}
+COMORBIDITY = ["generalized anxiety disorder", "social anxiety disorder", "panic disorder",
+               "alcohol use disorder (in remission)", "post-traumatic stress disorder"]
 MEDICATION = ["sertraline 100 mg/day", "escitalopram 10 mg/day", "citalopram 20 mg/day",
               "venlafaxine 150 mg/day", "duloxetine 60 mg/day", "mirtazapine 30 mg/day",
               "bupropion 300 mg/day", "agomelatine 25 mg/day", "escitalopram 15 mg/day and quetiapine 50 mg/day"]
@@ -70,20 +72,11 @@ def apportion(n: int, weights: dict[str, int]) -> dict[str, int]:
 
 
 def assign_groups_and_splits(size: int) -> list[tuple[str, str]]:
-    """(group, split) for `size` clients: the paper's group and split counts, dev and test
-    stratified by group (each takes its share of the groups' remaining clients)."""
-    groups = apportion(size, PAPER_GROUPS)
-    splits = apportion(size, PAPER_SPLITS)
-    left = dict(groups)
-    cells: list[tuple[str, str]] = []
-    for split in ("test", "dev"):
-        share = apportion(splits[split], left) if sum(left.values()) else {}
-        for group, k in share.items():
-            cells += [(group, split)] * k
-            left[group] -= k
-    for group, k in left.items():
-        cells += [(group, "train")] * k
-    return cells
+    """(group, split) for `size` clients: the paper's Table 3 cells (test 117 control + 136 MDD,
+    dev 106 + 38, train the rest), exact at 2,090 and in proportion (largest remainder) below."""
+    cells = {(g, s): n for s, by_group in PAPER_SPLIT_GROUPS.items() for g, n in by_group.items()}
+    counts = apportion(size, cells)
+    return [cell for cell in cells for _ in range(counts[cell])]
 
 
 def _item_weights() -> dict[str, np.ndarray]:
@@ -124,8 +117,30 @@ def _choice(rng: np.random.Generator, options: tuple[list[str], list[float]]) ->
     return str(rng.choice(values, p=np.array(probs) / sum(probs)))
 
 
+MARITAL = (["single", "partnership", "married", "divorced", "widowed"], [0.38, 0.2, 0.3, 0.1, 0.02])
+PSYCHOTHERAPY = {"control": (["none", "past"], [0.9, 0.1]), "mdd": (["none", "current", "past"], [0.25, 0.45, 0.3])}
+
+
+def _more_fields(rng: np.random.Generator, group: str, bdi: dict[str, int], episodes: int) -> dict:
+    """The rest of Figure 8's record (family, treatment so far, the BDI's diet question), drawn
+    from a second stream so that the fields above stay what they were for a given seed."""
+    demographics = dict(marital_status=_choice(rng, MARITAL), children=int(rng.poisson(0.8)),
+                        siblings=int(rng.poisson(1.5)))
+    history: dict = dict(psychotherapy=_choice(rng, PSYCHOTHERAPY[group]))
+    if group == "mdd":
+        stays = int(rng.binomial(episodes, 0.4))
+        history.update(hospitalizations=stays, inpatient_weeks=float(stays * int(rng.integers(3, 9))),
+                       outpatient_weeks=float(int(rng.integers(4, 40)) * episodes),
+                       comorbidity="none" if rng.random() < 0.6 else str(rng.choice(COMORBIDITY)))
+    else:
+        history.update(hospitalizations=0, inpatient_weeks=0.0, outpatient_weeks=0.0, comorbidity="none")
+    # Deliberate dieting is asked whatever the weight loss; rarer when no weight was lost.
+    diet = int(rng.random() < (0.15 if bdi["BDI19"] else 0.05))
+    return dict(demographics=demographics, history=history, bdi_diet=diet)
+
+
 def _client(rng: np.random.Generator, client_id: str, group: str, split: str,
-            weights: dict[str, np.ndarray]) -> ClientRecord:
+            weights: dict[str, np.ndarray], more: np.random.Generator) -> ClientRecord:
     severity = float(rng.beta(*SEVERITY[group]))
     items = _questionnaires(rng, group, severity, weights)
     age = int(np.clip(round(rng.normal(37 if group == "mdd" else 35, 12)), 18, 65))
@@ -142,7 +157,9 @@ def _client(rng: np.random.Generator, client_id: str, group: str, split: str,
     else:
         history = dict(diagnosis_code="none", episodes=0,
                        family_history=_choice(rng, FAMILY_HISTORY[group]), medication="none")
-    return ClientRecord(client_id=client_id, demographics=demographics, history=history,
+    extra = _more_fields(more, group, items["bdi"], history["episodes"])
+    return ClientRecord(client_id=client_id, demographics={**demographics, **extra["demographics"]},
+                        history={**history, **extra["history"]}, bdi_diet=extra["bdi_diet"],
                         group=group, split=split, **items)
 
 
@@ -154,8 +171,9 @@ def generate_cohort(size: int = PAPER_SIZE, seed: int = 0) -> list[ClientRecord]
     cells = assign_groups_and_splits(size)
     order = rng.permutation(len(cells))
     weights = _item_weights()
+    more = np.random.default_rng([seed, 1])
     width = max(4, len(str(size)))
-    return [_client(rng, f"syn-{i + 1:0{width}d}", *cells[j], weights) for i, j in enumerate(order)]
+    return [_client(rng, f"syn-{i + 1:0{width}d}", *cells[j], weights, more) for i, j in enumerate(order)]
 
 
 def main(argv: list[str] | None = None) -> None:

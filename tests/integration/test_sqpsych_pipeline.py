@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 def sqpsych_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("sqpsych") / "run"
     proc = run_job("jobs.pipeline", "experiment=sqpsych_demo", f"run_dir={run_dir}", "dataset.limit=2", "max_turns=4",
-                   "min_turns=2", "benchmarks.limit=1", "serving.port=8131")
+                   "min_turns=2", "benchmarks.limit=1", "serving.port=8171")
     return run_dir, proc
 
 

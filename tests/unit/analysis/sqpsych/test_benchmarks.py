@@ -41,14 +41,24 @@ def _mcq_rows():
 
 def test_multi_label_macro_and_weighted_scores_by_hand():
     m = benchmark_metrics(pd.DataFrame(_pc_rows())).iloc[0]
-    assert (m["n"], m["scored"], m["parse_error"], m["error"], m["failed"], m["labels"]) == (5, 3, 1, 1, 2, 3)
-    # helpless: R 1, F1 1; unlovable: R 0, F1 0; worthless: R 0, F1 0 (one false positive)
+    assert (m["n"], m["answered"], m["scored"], m["parse_error"], m["error"], m["failed"], m["labels"]) == (5, 4, 3, 1, 1, 2, 3)
+    # over the 4 answered rows, the parse error an empty prediction:
+    # helpless TP 2 -> R 1, F1 1; unlovable FN 1 -> 0; worthless FN 2, FP 1 -> 0
     assert m["recall_macro"] == pytest.approx(1 / 3) and m["f1_macro"] == pytest.approx(1 / 3)
-    # weighted by gold support 2, 1, 1
-    assert m["recall_weighted"] == pytest.approx(0.5) and m["f1_weighted"] == pytest.approx(0.5)
-    assert m["exact_match"] == pytest.approx(1 / 3)
-    # the reference counts the parse error as an empty prediction: worthless gets support 2, F1 0
-    assert m["f1_weighted_ref"] == pytest.approx(2 / 5)
+    # weighted by gold support 2, 1, 2
+    assert m["recall_weighted"] == pytest.approx(2 / 5) and m["f1_weighted"] == pytest.approx(2 / 5)
+    assert m["exact_match"] == pytest.approx(1 / 4)
+    # parsed rows only (3): helpless 1, unlovable 0, worthless 0
+    assert m["f1_macro_parsed"] == pytest.approx(1 / 3)
+
+
+def test_an_unparseable_answer_is_wrong_not_dropped():
+    """Main scored only parsed answers: one right answer and one unreadable gave macro F1 1.0."""
+    rows = [_row("cbt_pc", 1, ["helpless"], ["helpless"]), _row("cbt_pc", 2, ["unlovable"], None, "parse_error")]
+    m = benchmark_metrics(pd.DataFrame(rows)).iloc[0]
+    # helpless: F1 1, R 1; unlovable: gold once, never predicted: R 0, F1 0 -> macro 0.5
+    assert m["labels"] == 2 and m["f1_macro"] == pytest.approx(0.5) and m["recall_macro"] == pytest.approx(0.5)
+    assert m["f1_macro_parsed"] == 1.0
 
 
 def test_macro_runs_over_the_labels_that_occur():
@@ -60,15 +70,15 @@ def test_macro_runs_over_the_labels_that_occur():
 
 def test_multiple_choice_accuracy_and_macro_by_hand():
     m = benchmark_metrics(pd.DataFrame(_mcq_rows())).iloc[0]
-    assert (m["n"], m["scored"], m["failed"]) == (4, 3, 1)
-    assert m["accuracy"] == pytest.approx(2 / 3)
-    assert m["recall_macro"] == pytest.approx(2 / 3)       # A 1, B 1, C 0
-    assert m["f1_macro"] == pytest.approx((1 + 2 / 3 + 0) / 3)  # B: precision 1/2, recall 1
-    assert m["accuracy_ref"] == pytest.approx(2 / 4)        # the unreadable answer counts as wrong
+    assert (m["n"], m["answered"], m["scored"], m["failed"], m["labels"]) == (4, 4, 3, 1, 4)
+    assert m["accuracy"] == pytest.approx(2 / 4)                # the unreadable answer counts as wrong
+    assert m["recall_macro"] == pytest.approx((1 + 1 + 0 + 0) / 4)
+    assert m["f1_macro"] == pytest.approx((1 + 2 / 3 + 0 + 0) / 4)  # B: precision 1/2, recall 1
+    assert m["f1_macro_parsed"] == pytest.approx((1 + 2 / 3 + 0) / 3)
 
 
-def test_no_parsed_answer_gives_counts_and_no_score():
-    rows = [_row("cbt_pc", 1, ["helpless"], None, "parse_error"), _row("cbt_pc", 2, ["unlovable"], None, "error")]
+def test_no_answered_call_gives_counts_and_no_score():
+    rows = [_row("cbt_pc", 1, ["helpless"], None, "error"), _row("cbt_pc", 2, ["unlovable"], None, "error")]
     m = benchmark_metrics(pd.DataFrame(rows)).iloc[0]
     assert (m["n"], m["scored"], m["failed"]) == (2, 0, 2)
     assert "f1_macro" not in m or math.isnan(m["f1_macro"])
@@ -104,3 +114,12 @@ def test_a_run_without_benchmarks_says_so(tmp_path):
     w = ReportWriter(tmp_path / "report")
     benchmark_section(tmp_path, w)
     assert "were not run" in w.html("t", "") and not (tmp_path / "report" / "tables").exists()
+
+
+def test_a_task_whose_only_answer_is_unparseable_scores_zero_not_an_error():
+    """The demo: one CBT-Bench item whose one answer did not parse (main: no score; here 0, and
+    the parsed-only F1 undefined rather than a scikit-learn error on an empty array)."""
+    m = benchmark_metrics(pd.DataFrame([_row("cbt_pc", 1, ["helpless"], None, "parse_error")])).iloc[0]
+    assert (m["answered"], m["scored"], m["labels"]) == (1, 0, 1)
+    assert m["f1_macro"] == 0.0 and m["recall_macro"] == 0.0
+    assert "f1_macro_parsed" not in m or math.isnan(m["f1_macro_parsed"])

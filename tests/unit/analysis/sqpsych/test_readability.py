@@ -66,3 +66,22 @@ def test_table6_conversation_mean_and_corpus_level(utts):
     therapist = t.loc[("m1", "therapist")]
     assert therapist["smog_undefined"] == 1  # p2's therapist said two sentences
     assert therapist[f"{SMOG}_conv"] == textstat.smog_index(f"{T1}. {T2} {T3}")
+
+
+def test_flesch_and_smog_match_the_formulas_by_hand():
+    """Hand-computed, not textstat against itself.
+    FRE = 206.835 - 1.015 ASL - 84.6 ASW, where textstat 0.7.4 rounds ASL (words / sentences) and
+    ASW (syllables / words) to one decimal first; SMOG = 1.043 sqrt(polysyllables x 30 / sentences)
+    + 3.1291."""
+    text = join_utterances(["The cat sat", "The dog ran.", "The sun is hot"])
+    assert text == "The cat sat. The dog ran. The sun is hot."
+    got = scores(text)
+    # 10 words, 3 sentences, 10 syllables, no word of 3+ syllables
+    assert got["sentences"] == 3
+    assert got[FRE] == pytest.approx(206.835 - 1.015 * 3.3 - 84.6 * 1.0, abs=0.006)  # ASL 10/3 -> 3.3
+    assert got[SMOG] == pytest.approx(1.043 * math.sqrt(0 * 30 / 3) + 3.1291, abs=0.05)
+    # two words of three syllables ("terrible", "yesterday") in 3 sentences of 12 words, 16 syllables
+    text2 = "It was terrible. I cried yesterday. Now I feel calm."
+    got2 = scores(text2)
+    assert got2[SMOG] == pytest.approx(1.043 * math.sqrt(2 * 30 / 3) + 3.1291, abs=0.05)
+    assert got2[FRE] == pytest.approx(206.835 - 1.015 * 3.3 - 84.6 * 1.4, abs=0.006)

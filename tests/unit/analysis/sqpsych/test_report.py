@@ -73,6 +73,7 @@ def test_report_has_a_section_per_part(run):
     assert agg.loc[("j1", "m1"), "n"] == 3
     wld = pd.read_csv(out / "tables" / "preference_win_loss_draw.csv").iloc[0]
     assert (wld["model_a"], wld["win"], wld["loss"], wld["draw"]) == ("m1", 3, 0, 0)
+    assert (out / "figures" / "preference_win_draw_loss.png").stat().st_size > 1000  # Figure 5
     stats = pd.read_csv(out / "tables" / "table2_dataset_stats.csv").set_index("model")
     assert stats.loc["m1", "dialogues"] == 3 and stats.loc["m1", "utterances_per_conv"] == 6
     ending = pd.read_csv(out / "tables" / "dialogues_ending.csv").set_index("model")
@@ -83,7 +84,7 @@ def test_report_has_a_section_per_part(run):
     assert corr.loc["total", "n"] == 6 and corr.loc["items (pooled)", "n"] == 6 * 18
     assert pd.read_csv(out / "tables" / "export_files.csv")["dialogues"].tolist() == [2]
     assert pd.read_csv(out / "tables" / "profiles_by_group.csv").set_index("group").loc["mdd", "ok"] == 2
-    assert len(list((out / "figures").glob("*.png"))) == 2
+    assert len(list((out / "figures").glob("*.png"))) == 3  # panel by model, win rate, win / draw / loss (Figure 5)
 
 
 def test_a_run_without_inputs_says_what_is_missing(tmp_path):

@@ -57,3 +57,14 @@ def test_table8_per_group_and_without_profiles(run):
     assert t.loc[("m1", "mdd"), "utterances"] == 4 and t.loc[("m1", "control"), "utterances"] == 2
     assert t.loc[("m2", "mdd"), "dialogues"] == 1
     assert with_groups(utts.drop(columns="group"), None)["group"].isna().all()
+
+
+def test_table8_corpus_totals_by_hand(run):
+    """Issue 17 point 8: Table 8's corpus totals (main had only per-utterance means)."""
+    from analysis.sqpsych.stats import corpus_totals
+
+    t = corpus_totals(utterances(ok_dialogues(load_dialogues(run))))
+    # m1: p1 (4 utterances, 4+2+5+3 words, 6+3+5+4 tokens) and p2 (2, 2+3 words, 3 tokens + one missing)
+    assert t.loc["m1"].tolist() == [2, 6, 19, 21.0, 1]
+    assert t.loc["m2"].tolist() == [1, 2, 5, 7.0, 0]
+    assert t.loc["all"].tolist() == [3, 8, 24, 28.0, 1]

@@ -180,3 +180,39 @@ def test_a_dry_run_prints_the_calls_at_the_cap_and_sends_nothing(tmp_path, capsy
     assert counts["started"] == 4 and counts["ok"] == 0 and not (tmp_path / "turns").exists()
     line_a = next(x for x in text.splitlines() if x.strip().startswith("a "))
     assert line_a.split()[1] == "12"  # 4 dialogues x 3 therapist turns of 5
+
+
+def test_the_partners_last_reply_sees_the_ending_turn_with_its_token(tmp_path):
+    """Issue 17 point 3: main cleaned `[/END]` off before building the history, so the client
+    asked to answer the therapist's ending never saw the token."""
+    with FakeServer() as fake:
+        ms = [model("a", fake.base_url), model("b", fake.base_url)]
+        run(stage(ms, tmp_path), batch([spec(therapist="say {turn} [/END]", client="{history}", min_turns=3,
+                                             max_turns=20, final_reply=True, stop_in_history=True)]))
+        sent = {r["request_key"]: r["content"] for r in fake.log_lines()}
+    last = sent["p0|a#4"]
+    assert last.endswith("Therapist: echo: say 3 [/END]")
+    assert "say 1 [/END]" not in last  # turn 1's token came too early: not honored, not shown
+
+
+def test_a_clients_own_ending_gets_no_reply_when_only_the_therapists_does(tmp_path):
+    with FakeServer() as fake:
+        ms = [model("a", fake.base_url), model("b", fake.base_url)]
+        out = run(stage(ms, tmp_path), batch([spec(client="bye {turn} [/END]", min_turns=4, max_turns=20,
+                                                   final_reply=True, final_reply_roles=["therapist"])]))
+    row = out.iloc[0]
+    assert (row["ended_by"], row["n_turns"]) == (ENDED_STOP_TOKEN, 4) and row["turns"][-1]["role"] == "client"
+
+
+def test_a_protocols_template_tokens_are_removed_from_the_raw_answer(tmp_path):
+    from jobs.dialogue import AgentSpec, DialogueRules, DialogueSpec
+
+    s = DialogueSpec(dialogue_id="p|a", agents=[
+        AgentSpec(role="therapist", label="Therapist", model="a", template="hi {turn}<|END_RESPONSE|>",
+                  remove=["<|END_RESPONSE|>"]),
+        AgentSpec(role="client", label="Client", model="b", template="ok {turn}")],
+        rules=DialogueRules(first_speaker="therapist", max_turns=2))
+    with FakeServer() as fake:
+        ms = [model("a", fake.base_url), model("b", fake.base_url)]
+        out = run(stage(ms, tmp_path), batch([s]))
+    assert [t["text"] for t in out.iloc[0]["turns"]] == ["echo: hi 1", "echo: ok 2"]

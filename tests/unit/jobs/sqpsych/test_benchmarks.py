@@ -273,3 +273,16 @@ def test_analysis_reads_the_columns_the_job_writes():
     assert analysis_bench.BENCH_TABLE == BENCH_ANSWERS.name
     assert set(analysis_bench.COLUMNS) <= set(BENCH_ANSWERS.columns)
     assert (analysis_bench.TASK, analysis_bench.ITEM_ID, analysis_bench.MODEL, analysis_bench.MODE) == BENCH_ANSWERS.key
+
+
+def test_counselingbench_is_a_task_like_the_others(tmp_path):
+    """Issue 17 point 9: every benchmark task, CounselingBench included, is one loader of one shape."""
+    from jobs.sqpsych.bench_data import TASK_NAMES
+    from jobs.sqpsych.benchmarks import TASK_LOADERS
+
+    assert set(TASK_LOADERS) == set(TASK_NAMES)
+    cfg = BenchmarksConfig(tasks=["counselingbench"], limit=1,
+                           counselingbench={"path": str(_mcq_csv(tmp_path / "cb.csv"))})
+    spec, items, report, dataset = TASK_LOADERS["counselingbench"]("counselingbench", cfg)
+    assert spec.name == "counselingbench" and len(items) == 1 and dataset == "counselingbench/cb.csv"
+    assert report.rows >= 1

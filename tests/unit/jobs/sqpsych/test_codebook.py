@@ -26,7 +26,7 @@ def client(**kw) -> ClientRecord:
         demographics={"age": 41, "gender": "f", "living_situation": "alone", "work_situation": "sick_leave"},
         history={"diagnosis_code": "296.32", "episodes": 3, "onset_age": 24, "family_history": "yes",
                  "medication": "sertraline 100 mg/day"},
-        bdi={c: (2 if n <= 7 else 0) for n, c in enumerate(BDI.codes, 1)},  # 14: mild
+        bdi={c: (2 if n <= 7 else 0) for n, c in enumerate(BDI.codes, 1)},  # 14: mild to moderate
         hamd={c: 1 for c in HAMD.codes},                                  # 17: moderate
         hama={c: 0 for c in HAMA.codes},
     )
@@ -43,9 +43,10 @@ def test_every_item_value_has_words(codebook, scale):
 
 
 @pytest.mark.parametrize("scale, total, band", [
-    ("bdi", 0, "minimal depression"), ("bdi", 13, "minimal depression"), ("bdi", 14, "mild depression"),
-    ("bdi", 19, "mild depression"), ("bdi", 20, "moderate depression"), ("bdi", 28, "moderate depression"),
-    ("bdi", 29, "severe depression"), ("bdi", 63, "severe depression"),
+    # BDI-I bands (Beck, Steer & Garbin 1988), not the BDI-II's 13/19/28.
+    ("bdi", 0, "minimal depression"), ("bdi", 9, "minimal depression"), ("bdi", 10, "mild to moderate depression"),
+    ("bdi", 18, "mild to moderate depression"), ("bdi", 19, "moderate to severe depression"),
+    ("bdi", 29, "moderate to severe depression"), ("bdi", 30, "severe depression"), ("bdi", 63, "severe depression"),
     ("hamd", 7, "normal (no depression)"), ("hamd", 8, "mild depression"), ("hamd", 13, "mild depression"),
     ("hamd", 14, "moderate depression"), ("hamd", 18, "moderate depression"), ("hamd", 19, "severe depression"),
     ("hamd", 22, "severe depression"), ("hamd", 23, "very severe depression"), ("hamd", 52, "very severe depression"),
@@ -76,20 +77,59 @@ def test_profile_text(codebook):
     assert "Current medication: sertraline 100 mg/day" in lines  # free text shown as written
     # One question and one answer per item, in the scale's order, then the total and its band.
     bdi = lines[lines.index("## Questionnaire BDI") + 1:]
-    assert bdi[0] == "Question BDI1: Sadness" and bdi[1] == "Answer: Sadness is with me constantly."
-    assert bdi[42] == "Total Score: 14 - mild depression"
+    assert bdi[0] == "Question BDI1: Sadness" and bdi[1] == "Answer: I am sad all the time and cannot shake it off."
+    # 21 items plus BDI_DIAET (after item 19), two lines each, then the total.
+    assert bdi[38:40] == ["Question BDI_DIAET: Deliberate weight loss (asked with item 19)",
+                          "Answer: not recorded"]
+    assert bdi[44] == "Total Score: 14 - mild to moderate depression"
     assert "Total Score: 17 - moderate depression" in lines
     assert "Question HAMD4: Insomnia, early in the night" in lines
     assert "Answer: Complains of occasional difficulty falling asleep, i.e. more than half an hour." in lines
     assert lines[-1] == "Total Score: 0 - no or minimal anxiety"
-    assert sum(line.startswith("Answer: ") for line in lines) == 21 + 17 + 14
+    assert sum(line.startswith("Answer: ") for line in lines) == 21 + 1 + 17 + 14
     assert not any(line.startswith("Answer: ") and line[8:].strip().isdigit() for line in lines)
 
 
-def test_profile_leaves_out_what_the_record_lacks(codebook):
+def test_profile_says_not_recorded_for_what_the_record_lacks(codebook):
+    """Real cohorts have gaps: a field the record lacks is shown as "not recorded" (the client is
+    kept); a questionnaire not taken is left out."""
     text = codebook.render(client(hama=None, demographics={}, history={}, group="control"))
-    assert "## Questionnaire HAMA" not in text and "Age:" not in text and "Diagnosis:" not in text
+    assert "## Questionnaire HAMA" not in text
+    assert "Age: not recorded" in text and "Diagnosis: not recorded" in text
+    assert "Number of siblings: not recorded" in text
     assert "Group: healthy control (HC)" in text and "## Questionnaire HAMD" in text
+
+
+# The BDI-I items the paper's Figure 8 shows where the BDI-II has other constructs.
+BDI_I_ITEMS = {"BDI11": "Irritability", "BDI14": "Body image change", "BDI15": "Work inhibition",
+               "BDI17": "Fatigability", "BDI19": "Weight loss", "BDI20": "Somatic preoccupation"}
+
+
+def test_bdi_is_the_1974_inventory_not_the_bdi_ii(codebook):
+    """Pins issue 17 point 1: today's main shipped the BDI-II (agitation at 11, irritability at 17)."""
+    book = codebook.scales["bdi"]
+    assert {code: book.items[code].title for code in BDI_I_ITEMS} == BDI_I_ITEMS
+    assert "BDI-I" in book.title and "1974" in book.citation
+    # Sleep and appetite ask in one direction only (less sleep, less appetite).
+    for code in ("BDI16", "BDI18"):
+        assert not any(" or " in text and "more" in text for text in book.items[code].values.values())
+    diet = book.supplementary["BDI_DIAET"]
+    assert diet.after == "BDI19" and diet.field == "bdi_diet" and set(diet.values) == {0, 1}
+
+
+def test_bdi_diet_answer_and_every_figure_8_field_are_rendered(codebook):
+    record = client(bdi_diet="yes", demographics={"age": 41, "siblings": 2, "marital_status": "married"},
+                    history={"inpatient_weeks": 6, "outpatient_weeks": 20, "hospitalizations": 1,
+                             "psychotherapy": "current", "comorbidity": "panic disorder"})
+    lines = codebook.render(record).splitlines()
+    assert "Answer: Yes, I am deliberately eating less to lose weight." in lines
+    # total excludes the diet question: still 14
+    assert "Total Score: 14 - mild to moderate depression" in lines
+    for line in ("Number of siblings: 2", "Marital status: married", "Duration of inpatient treatment (weeks): 6.0",
+                 "Duration of outpatient treatment (weeks): 20.0", "Number of psychiatric hospitalizations: 1",
+                 "Psychotherapy: currently in psychotherapy", "Comorbid diagnoses: panic disorder",
+                 "Number of children: not recorded", "Psychiatric history: not recorded"):
+        assert line in lines
 
 
 def test_a_codebook_missing_a_value_is_refused_naming_the_file_and_item(tmp_path):
@@ -107,7 +147,7 @@ def test_bands_with_a_gap_are_refused(tmp_path):
     shutil.copytree(CODEBOOKS, tmp_path / "sqpsych" / "codebooks")
     path = tmp_path / "sqpsych" / "codebooks" / "bdi.yaml"
     data = yaml.safe_load(path.read_text())
-    data["bands"][1]["min"] = 15
+    data["bands"][1]["min"] = 11
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match="bands must cover 0..63"):
         load_codebook([tmp_path])

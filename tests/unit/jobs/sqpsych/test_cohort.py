@@ -93,7 +93,6 @@ def test_unknown_item_code_is_a_bad_record_only_where_it_has_a_value(tmp_path):
 
 @pytest.mark.parametrize("column, value, item, reason", [
     ("BDI_05", "often", "BDI5", "not an integer"),
-    ("HAMA_14", "", "HAMA14", "missing item"),
     ("diagnostic_group", "bipolar", "group", "invalid field value"),
     ("age_years", "old", "age", "invalid field value"),
     ("subject", "", "client_id", "missing client id"),
@@ -221,3 +220,13 @@ def test_no_valid_record_is_an_error(tmp_path):
     assert run(step(tmp_path, ds)) == 2
     rows = TableStore(tmp_path / "run", PROFILES).read()
     assert len(rows) == 2 and set(rows["status"]) == {STATUS_INVALID}
+
+
+def test_a_blank_answer_reads_not_recorded_in_the_profile(tmp_path):
+    from jobs.sqpsych.codebook import load_codebook
+
+    records, bad = load_cohort(csv_cohort(tmp_path, edit=set_cell(0, "HAMA_14", "")))
+    assert bad == [] and records[0].hama["HAMA14"] is None and records[0].total("hama") is None
+    text = load_codebook([ROOT / "conf"]).render(records[0])
+    assert "Question HAMA14: Behavior at interview: " in text
+    assert text.rstrip().endswith("Answer: not recorded\nTotal Score: not computed (1 item(s) not recorded)")

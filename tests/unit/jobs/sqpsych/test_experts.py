@@ -72,3 +72,43 @@ def test_a_response_rubric_is_refused(tmp_path):
         import_expert_scores(RatingsImportConfig(path=str(path), rubric="mentalbench"), tmp_path)
     proc = run_job("jobs.sqpsych.experts", f"ratings.path={path}", check=False, timeout=120)  # no run_dir
     assert proc.returncode == 2 and "run_dir=... required" in proc.stderr
+
+
+def test_nine_therapist_items_import_alone_and_correlate_on_the_therapist_part(tmp_path):
+    """Issue 17 point 6: the paper's experts scored the therapist's 9 items (Table 5, /18); main
+    refused such a file for its missing client and overall columns."""
+    from analysis.sqpsych.panel import human_correlation, panel_frame
+
+    rubric = load_rubric("sqpsych_panel")
+    therapist = list(rubric.aggregates["therapist"].items)
+    assert len(therapist) == 9
+    write_dialogues(tmp_path, [(f"c{i}", "m1", "ok") for i in range(4)])
+    # experts' therapist totals 4, 9, 12, 18 (hand-made rows); no client or overall columns
+    per_item = {0: [0, 0, 0, 0, 1, 1, 1, 1, 0], 1: [1] * 9, 2: [2, 2, 2, 1, 1, 1, 1, 1, 1], 3: [2] * 9}
+    lines = [",".join(["context_id", "model", "expert", *therapist])]
+    lines += [",".join([f"c{i}", "m1", "h1", *map(str, v)]) for i, v in per_item.items()]
+    path = tmp_path / "therapist_only.csv"
+    path.write_text("\n".join(lines) + "\n")
+    report = import_expert_scores(RatingsImportConfig(**{**read_yaml(find_group_file("ratings", PRESET)), "path": str(path)}), tmp_path)
+    assert report.scores_written == 4 * 9
+    s = TableStore(tmp_path, SCORES).read()
+    assert set(s["item"]) == set(therapist) and set(s["rubric"]) == {"sqpsych_panel"}
+    # an LLM judge's therapist totals 3, 9, 12, 17 on the same dialogues (all 18 items, client/overall 0)
+    judge = {0: 3, 1: 9, 2: 12, 3: 17}
+    rows = []
+    for i, total in judge.items():
+        values = [2] * (total // 2) + [1] * (total % 2) + [0] * (9 - total // 2 - total % 2)
+        for item, v in zip(rubric.required_items, values + [0] * 9):
+            rows.append({"subject_type": "dialogue", "subject_id": f"c{i}|m1", "judge": "j1", "rubric": "sqpsych_panel",
+                         "item": item, "context_id": f"c{i}", "responder": "m1", "judge_type": "llm",
+                         "rubric_version": rubric.version, "score": float(v), "status": "ok"})
+    TableStore(tmp_path, SCORES, writer=True).append(rows)
+    wide = panel_frame(TableStore(tmp_path, SCORES).read(), rubric)
+    corr = human_correlation(wide, rubric)
+    # by hand: x = 3, 9, 12, 17 (mean 10.25), y = 4, 9, 12, 18 (mean 10.75)
+    x, y = [3, 9, 12, 17], [4, 9, 12, 18]
+    mx, my = sum(x) / 4, sum(y) / 4
+    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y))
+    r = sxy / (sum((a - mx) ** 2 for a in x) * sum((b - my) ** 2 for b in y)) ** 0.5
+    assert corr.loc[("j1", "therapist"), "r"] == pytest.approx(r, abs=1e-12)
+    assert corr.loc[("j1", "therapist"), "n"] == 4 and corr.loc[("j1", "total"), "n"] == 0

@@ -10,6 +10,7 @@ import pytest
 
 from jobs.core.schemas import DIALOGUES
 from jobs.sqpsych.export import EXPORT_DIR, ExportConfig, export, main, run
+from jobs.sqpsych.schemas import PROFILES
 from jobs.core.store import TableStore
 from jobs.core.configfiles import ConfigError
 
@@ -41,7 +42,14 @@ def _run_dir(tmp_path):
         _dialogue("p2|llama/3", "llama/3", _turns(("therapist", "Hi."), ("narrator", "..."))),
     ]
     TableStore(tmp_path, DIALOGUES, writer=True).append(rows)
+    _profiles(tmp_path, {"p1": ("train", "public"), "p2": ("train", "public"), "p3": ("train", "public")})
     return tmp_path
+
+
+def _profiles(run_dir, labels):
+    TableStore(run_dir, PROFILES, writer=True).append(
+        [{"context_id": c, "split": split, "sensitivity": sens, "group": "mdd", "status": "ok"}
+         for c, (split, sens) in labels.items()])
 
 
 def _lines(path):
@@ -62,12 +70,13 @@ def test_one_file_per_therapist_model_one_line_per_finished_dialogue(tmp_path):
     assert first["metadata"] == {"dialogue_id": "p1|qwen", "profile": "p1", "model": "qwen",
                                  "client_model": "client-sim", "variant": None, "prompt_version": "sqpsych-v1",
                                  "first_speaker": "therapist", "n_turns": 5, "ended_by": "stop_token",
-                                 "run_id": "r"}
+                                 "run_id": "r", "split": "train", "sensitivity": "public",
+                                 "leakage_longest_run": 0}
     # consecutive client turns joined; the trailing client turn dropped (an example ends on the assistant)
     assert [(m["role"], m["content"]) for m in qwen[1]["messages"][1:]] == [
         ("assistant", "Hi."), ("user", "Hi.\n\nAlso this."), ("assistant", "Go on.")]
     assert manifest["models"]["qwen"] == {"file": "export/qwen.jsonl", "dialogues": 3, "exported": 2,
-                                          "left_out": {"status error": 1}}
+                                          "left_out": {"status error": 1}, "leakage_flagged": []}
     llama = manifest["models"]["llama/3"]
     assert llama["exported"] == 1 and "role 'narrator'" in next(iter(llama["left_out"]))
     [capped] = _lines(out / "llama-3.jsonl")
@@ -93,3 +102,38 @@ def test_options_and_the_pipeline_step(tmp_path):
 def test_a_run_without_dialogues_is_an_error_naming_the_table(tmp_path):
     with pytest.raises(ConfigError, match="dialogues"):
         export(tmp_path)
+
+
+def test_the_test_split_stays_out_and_the_label_travels(tmp_path):
+    """Issue 17 point 10: main exported every split (test dialogues into the training file) and
+    dropped the sensitivity label."""
+    turns = _turns(("therapist", "Hello."), ("client", "Hi."), ("therapist", "How are you?"))
+    TableStore(tmp_path, DIALOGUES, writer=True).append(
+        [_dialogue(f"{c}|m", "m", turns) for c in ("tr", "dv", "te", "orphan")])
+    _profiles(tmp_path, {"tr": ("train", "restricted"), "dv": ("dev", "public"), "te": ("test", "restricted")})
+    manifest = export(tmp_path)
+    lines = _lines(tmp_path / EXPORT_DIR / "m.jsonl")
+    assert [x["metadata"]["profile"] for x in lines] == ["tr"]
+    assert lines[0]["metadata"]["split"] == "train" and lines[0]["metadata"]["sensitivity"] == "restricted"
+    assert manifest["sensitivity"] == "restricted" and manifest["splits"] == ["train"]
+    assert manifest["models"]["m"]["left_out"] == {"split dev (export.splits: ['train'])": 1,
+                                                   "split test (export.splits: ['train'])": 1,
+                                                   "no profile: split unknown": 1}
+    asked = export(tmp_path, ExportConfig(splits=["train", "dev", "test"]))
+    assert [x["metadata"]["profile"] for x in _lines(tmp_path / EXPORT_DIR / "m.jsonl")] == ["dv", "te", "tr"]
+    assert asked["sensitivity"] == "restricted"
+    only_public = export(tmp_path, ExportConfig(splits=["dev"]))
+    assert only_public["sensitivity"] == "public"
+
+
+def test_the_leakage_audit_flags_a_recited_record_in_the_manifest(tmp_path):
+    turns = _turns(("therapist", "How is your energy?"), ("client", "My answer: I get tired from doing almost anything."),
+                   ("therapist", "Let's look at that."))
+    TableStore(tmp_path, DIALOGUES, writer=True).append([_dialogue("c1|m", "m", turns)])
+    TableStore(tmp_path, PROFILES, writer=True).append(
+        [{"context_id": "c1", "split": "train", "sensitivity": "restricted", "group": "mdd", "status": "ok",
+          "profile": "Question BDI17: Fatigability\nAnswer: I get tired from doing almost anything."}])
+    manifest = export(tmp_path)
+    assert manifest["models"]["m"]["leakage_flagged"] == ["c1|m"]
+    # "answer i get tired from doing almost anything": 8 words verbatim, the threshold
+    assert _lines(tmp_path / EXPORT_DIR / "m.jsonl")[0]["metadata"]["leakage_longest_run"] == 8

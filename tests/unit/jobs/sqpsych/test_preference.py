@@ -43,7 +43,8 @@ def test_pair_ids_round_trip_even_when_the_profile_key_holds_a_bar():
 
 
 def test_pairs_are_all_pairs_or_the_configured_ones():
-    assert model_pairs(["c", "a", "b", "a"], None) == [("a", "b"), ("a", "c"), ("b", "c")]
+    assert model_pairs(["c", "a", "b", "a"], None, all_pairs=True) == [("a", "b"), ("a", "c"), ("b", "c")]
+    assert model_pairs(["c", "a", "b"], None) == []  # issue 17 point 7: the default plans no pair
     assert model_pairs(["a", "b", "c"], [["c", "a"]]) == [("c", "a")]
     for bad, match in (([["a"]], "two different"), ([["a", "a"]], "two different"),
                        ([["a", "b"], ["b", "a"]], "listed twice")):
@@ -105,6 +106,21 @@ def test_restricted_profiles_are_refused_before_any_request(tmp_path, monkeypatc
     with FakeServer() as server:
         fake_judges(monkeypatch, tmp_path / "conf", server.base_url)
         with pytest.raises(DataGovernanceError, match="restricted"):
-            preference.run(_cfg(tmp_path))
+            preference.run(_cfg(tmp_path, preference_all_pairs=True))
         assert server.stats()["requests"] == 0
+    assert not TableStore(tmp_path, SCORES).parts()
+
+
+def test_the_default_plans_no_pair_and_says_what_all_pairs_would_cost(tmp_path, monkeypatch, capsys):
+    """Main planned every pair: 2,090 profiles x 21 pairs x 2 orders x 3 judges = 263,340 calls."""
+    from jobs.sqpsych.preference import all_pairs_note
+
+    assert "21 pairs x 2090 profiles x 2 orders x 3 judges = 263,340 calls" in all_pairs_note(7, 2090, 3)
+    write_dialogues(tmp_path, [("c1", "a", "ok"), ("c1", "b", "ok")])
+    write_profiles(tmp_path, {"c1": "restricted"})
+    with FakeServer() as server:
+        fake_judges(monkeypatch, tmp_path / "conf", server.base_url)
+        assert preference.run(_cfg(tmp_path)) == 0  # nothing planned, so nothing refused or sent
+        assert server.stats()["requests"] == 0
+    assert "no pairs configured" in capsys.readouterr().out
     assert not TableStore(tmp_path, SCORES).parts()

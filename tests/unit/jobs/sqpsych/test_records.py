@@ -46,7 +46,6 @@ def test_item_values_from_text_are_integers():
     ("hamd", items(HAMD, HAMD4=3), "HAMD4", "out-of-range value (0-2)"),
     ("bdi", items(BDI, BDI21=-1), "BDI21", "out-of-range value (0-3)"),
     ("hama", items(HAMA, HAMA15=1), "HAMA15", "unknown item code"),
-    ("bdi", {c: 0 for c in BDI.codes[:-1]}, "BDI21", "missing item"),
     ("hama", items(HAMA, HAMA2="often"), "HAMA2", "not an integer"),
 ])
 def test_bad_item_is_refused_naming_client_and_item(field, values, item, reason):
@@ -67,3 +66,11 @@ def test_group_split_and_onset_are_checked():
         record(demographics={"age": 30}, history={"onset_age": 40})
     with pytest.raises(ValidationError, match="extra"):
         record(demographics={"shoe_size": 44})
+
+
+def test_an_item_not_recorded_keeps_the_client_and_leaves_no_total():
+    """Issue 17 point 1: main refused a client with one missing answer ("missing item")."""
+    r = record(bdi={c: 1 for c in BDI.codes[:-1]})
+    assert r.bdi["BDI21"] is None and r.not_recorded("bdi") == ["BDI21"]
+    assert r.total("bdi") is None  # never 20 out of 21 items read as a complete total
+    assert item_problems(BDI, {c: 1 for c in BDI.codes[:-1]}) == []

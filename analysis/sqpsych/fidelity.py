@@ -1,0 +1,90 @@
+"""Profile fidelity: the questionnaire a judge reads out of a dialogue against the client record.
+
+Per therapist model and item: Cohen's weighted kappa (quadratic weights, scikit-learn) between
+the judge's answers (`sqpsych_fidelity` scores, one per dialogue and item; several judges are
+averaged and rounded first) and the record's values, over the model's dialogues. The
+shuffled-record control pairs each dialogue's answers with the record of the next client in a
+fixed order (a derangement): the kappa a dialogue gets against someone else. Fidelity is the gap
+between the two; a synthetic client that plays its record gives kappa well above the control.
+Items an answer or a record lacks are left out of that item's pairs.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+from sklearn.metrics import cohen_kappa_score
+
+from analysis.columns import CONTEXT_ID, ITEM, RESPONDER, RUBRIC, SCORE_VALUE, STATUS, STATUS_OK, SUBJECT_ID
+
+FIDELITY_RUBRIC = "sqpsych_fidelity"
+SCALES = ("bdi", "hamd", "hama")
+MIN_PAIRS = 3
+
+
+def record_values(profiles: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """context_id -> {item code: value} from the profiles' `record` JSON (items not recorded left out)."""
+    out: dict[str, dict[str, int]] = {}
+    for cid, rec in zip(profiles["context_id"].astype(str), profiles["record"]):
+        if not isinstance(rec, str):
+            continue
+        data = json.loads(rec)
+        out[cid] = {code: int(v) for s in SCALES for code, v in (data.get(s) or {}).items() if v is not None}
+    return out
+
+
+def answers(scores: pd.DataFrame) -> pd.DataFrame:
+    """Dialogue x item of the judges' ok answers (mean over judges, rounded), with the model and client."""
+    s = scores[(scores[RUBRIC] == FIDELITY_RUBRIC) & (scores[STATUS] == STATUS_OK)]
+    if s.empty:
+        return pd.DataFrame()
+    wide = s.pivot_table(index=[SUBJECT_ID, CONTEXT_ID, RESPONDER], columns=ITEM, values=SCORE_VALUE, aggfunc="mean")
+    return wide.round().reset_index()
+
+
+def _kappa(x: list[int], y: list[int]) -> float:
+    if len(x) < MIN_PAIRS or len(set(x) | set(y)) < 2:
+        return np.nan
+    return float(cohen_kappa_score(x, y, weights="quadratic"))
+
+
+def fidelity_table(scores: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame:
+    """One row per (model, item): n pairs, kappa with the client's own record, kappa with the
+    shuffled control's record."""
+    wide = answers(scores)
+    cols = ["model", ITEM, "n", "kappa", "kappa_shuffled"]
+    if wide.empty:
+        return pd.DataFrame(columns=cols)
+    records = record_values(profiles)
+    rows = []
+    for model, g in wide.groupby(RESPONDER, sort=True):
+        g = g.sort_values(CONTEXT_ID)
+        clients = list(g[CONTEXT_ID].astype(str))
+        other = clients[1:] + clients[:1]  # each client's record swapped for the next one's
+        for item in [c for c in g.columns if c not in (SUBJECT_ID, CONTEXT_ID, RESPONDER)]:
+            own_x, own_y, sh_x, sh_y = [], [], [], []
+            for value, mine, theirs in zip(g[item], clients, other):
+                if pd.isna(value):
+                    continue
+                if item in records.get(mine, {}):
+                    own_x.append(int(value))
+                    own_y.append(records[mine][item])
+                if len(clients) > 1 and item in records.get(theirs, {}):
+                    sh_x.append(int(value))
+                    sh_y.append(records[theirs][item])
+            rows.append({"model": model, ITEM: item, "n": len(own_x), "kappa": _kappa(own_x, own_y),
+                         "kappa_shuffled": _kappa(sh_x, sh_y)})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def fidelity_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per model: items with a defined kappa, the mean kappa, the mean shuffled kappa, the gap."""
+    if table.empty:
+        return pd.DataFrame(columns=["items", "kappa", "kappa_shuffled", "gap"])
+    g = table.groupby("model")
+    out = pd.DataFrame({"items": g["kappa"].count(), "kappa": g["kappa"].mean(),
+                        "kappa_shuffled": g["kappa_shuffled"].mean()})
+    out["gap"] = out["kappa"] - out["kappa_shuffled"]
+    return out

@@ -1,0 +1,93 @@
+"""Judge validity beyond the paper: how sure the panel's numbers are, and how far its judges agree.
+
+- a 95% bootstrap confidence interval for every panel mean (per rater and therapist model;
+  `scipy.stats.bootstrap`, percentile method, 9,999 resamples, seeded);
+- agreement across the LLM judges on one aggregate: Krippendorff's alpha, interval level (the
+  `krippendorff` library; dialogues a judge did not score are missing), and ICC(2,k), the
+  two-way random-effects, average-measures intraclass correlation of Shrout & Fleiss (1979) on
+  the dialogues every judge scored:
+
+      ICC(2,k) = (MSR - MSE) / (MSR + (MSC - MSE) / n)
+
+  with MSR, MSC, MSE the mean squares of rows (dialogues), columns (judges) and error of the
+  two-way ANOVA without replication, n dialogues.
+"""
+
+from __future__ import annotations
+
+import krippendorff
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from analysis.columns import N, SUBJECT_ID
+from analysis.sqpsych.data import MODEL
+from analysis.sqpsych.panel import llm_judges, rater_scores, raters
+from jobs.core.rubric import Rubric
+
+RESAMPLES = 9999
+SEED = 0
+
+
+def mean_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean; NaN below two values or when all are equal."""
+    x = np.asarray(values, dtype=float)
+    x = x[~np.isnan(x)]
+    if len(x) < 2 or np.ptp(x) == 0:
+        return (float(x[0]), float(x[0])) if len(x) and np.ptp(x) == 0 and len(x) >= 2 else (np.nan, np.nan)
+    res = stats.bootstrap((x,), np.mean, confidence_level=level, n_resamples=RESAMPLES, method="percentile",
+                          random_state=SEED)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def mean_table_with_ci(wide: pd.DataFrame, rubric: Rubric, measure: str | None = None) -> pd.DataFrame:
+    """Per rater and therapist model: n, the mean of `measure` (default: the last aggregate) and
+    its 95% bootstrap CI."""
+    measure = measure or list(rubric.aggregates)[-1]
+    rows = []
+    for rater in raters(wide):
+        scores = rater_scores(wide, rubric, rater)
+        for model, g in scores.groupby(MODEL, sort=True):
+            x = g[measure].to_numpy(float)
+            low, high = mean_ci(x)
+            rows.append({"rater": rater, MODEL: model, N: int((~np.isnan(x)).sum()), "mean": np.nanmean(x)
+                         if (~np.isnan(x)).any() else np.nan, "ci_low": low, "ci_high": high})
+    return pd.DataFrame(rows, columns=["rater", MODEL, N, "mean", "ci_low", "ci_high"]).set_index(["rater", MODEL])
+
+
+def judge_by_dialogue(wide: pd.DataFrame, rubric: Rubric, measure: str) -> pd.DataFrame:
+    """Dialogues x LLM judges of `measure` (NaN where a judge did not score a dialogue)."""
+    frames = {j: rater_scores(wide, rubric, j).set_index(SUBJECT_ID)[measure] for j in llm_judges(wide)}
+    return pd.DataFrame(frames)
+
+
+def icc2k(matrix: np.ndarray) -> float:
+    """ICC(2,k) of an n x k matrix without missing values (see the module docstring); NaN below
+    two dialogues or two judges, or when nothing varies."""
+    x = np.asarray(matrix, dtype=float)
+    n, k = x.shape if x.ndim == 2 else (0, 0)
+    if n < 2 or k < 2:
+        return np.nan
+    grand = x.mean()
+    ss_rows = k * ((x.mean(axis=1) - grand) ** 2).sum()
+    ss_cols = n * ((x.mean(axis=0) - grand) ** 2).sum()
+    ss_err = ((x - grand) ** 2).sum() - ss_rows - ss_cols
+    msr, msc, mse = ss_rows / (n - 1), ss_cols / (k - 1), ss_err / ((n - 1) * (k - 1))
+    denom = msr + (msc - mse) / n
+    return float((msr - mse) / denom) if denom != 0 else np.nan
+
+
+def judge_agreement(wide: pd.DataFrame, rubric: Rubric, measure: str | None = None) -> pd.DataFrame:
+    """One row per aggregate (or the given one): judges, dialogues, Krippendorff's alpha
+    (interval) over every dialogue, ICC(2,k) over the dialogues all judges scored."""
+    rows = []
+    for m in ([measure] if measure else list(rubric.aggregates)):
+        mat = judge_by_dialogue(wide, rubric, m)
+        complete = mat.dropna()
+        alpha = np.nan
+        if mat.shape[1] >= 2 and mat.notna().sum().sum() > mat.shape[0] and np.nanstd(mat.to_numpy(float)) > 0:
+            alpha = float(krippendorff.alpha(reliability_data=mat.T.to_numpy(float), level_of_measurement="interval"))
+        rows.append({"measure": m, "judges": mat.shape[1], "dialogues": mat.shape[0], "complete": len(complete),
+                     "krippendorff_alpha": alpha, "icc2k": icc2k(complete.to_numpy(float))})
+    return pd.DataFrame(rows, columns=["measure", "judges", "dialogues", "complete", "krippendorff_alpha",
+                                       "icc2k"]).set_index("measure")

@@ -1,0 +1,81 @@
+"""Profile fidelity: weighted kappa with the client's own record and with a shuffled one, by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from analysis.sqpsych.fidelity import fidelity_summary, fidelity_table
+from jobs.core.rubric import load_rubric
+from jobs.sqpsych.codebook import load_codebook
+from jobs.sqpsych.records import SCALES
+from jobs.core.configfiles import CONF_DIR
+
+
+def _scores(answers: dict[str, dict[str, int]], model: str = "m") -> pd.DataFrame:
+    return pd.DataFrame([{"subject_type": "dialogue", "subject_id": f"{c}|{model}", "judge": "j", "rubric":
+                          "sqpsych_fidelity", "item": item, "context_id": c, "responder": model, "score": float(v),
+                          "status": "ok"} for c, items in answers.items() for item, v in items.items()])
+
+
+def _profiles(records: dict[str, dict[str, int]]) -> pd.DataFrame:
+    return pd.DataFrame([{"context_id": c, "record": json.dumps({"bdi": items})} for c, items in records.items()])
+
+
+def _qwk(x, y, k=4):
+    """Quadratic weighted kappa by its definition: 1 - sum w O / sum w E, w = (i - j)^2."""
+    n = len(x)
+    o = [[0.0] * k for _ in range(k)]
+    for a, b in zip(x, y):
+        o[a][b] += 1
+    rx = [sum(o[i]) for i in range(k)]
+    cy = [sum(o[i][j] for i in range(k)) for j in range(k)]
+    num = sum((i - j) ** 2 * o[i][j] for i in range(k) for j in range(k))
+    den = sum((i - j) ** 2 * rx[i] * cy[j] / n for i in range(k) for j in range(k))
+    return 1 - num / den
+
+
+def test_kappa_with_own_and_shuffled_records_by_hand():
+    records = {"c1": {"BDI1": 0}, "c2": {"BDI1": 1}, "c3": {"BDI1": 2}, "c4": {"BDI1": 3}}
+    judged = {"c1": {"BDI1": 0}, "c2": {"BDI1": 1}, "c3": {"BDI1": 2}, "c4": {"BDI1": 2}}
+    t = fidelity_table(_scores(judged), _profiles(records)).set_index(["model", "item"])
+    row = t.loc[("m", "BDI1")]
+    assert row["n"] == 4
+    assert row["kappa"] == pytest.approx(_qwk([0, 1, 2, 2], [0, 1, 2, 3]))
+    # shuffled: c1's answer against c2's record, ..., c4's against c1's
+    assert row["kappa_shuffled"] == pytest.approx(_qwk([0, 1, 2, 2], [1, 2, 3, 0]))
+    s = fidelity_summary(fidelity_table(_scores(judged), _profiles(records))).loc["m"]
+    assert s["gap"] == pytest.approx(row["kappa"] - row["kappa_shuffled"]) and s["gap"] > 0
+
+
+def test_the_rubric_asks_every_codebook_item_on_its_range():
+    rubric = load_rubric("sqpsych_fidelity")
+    book = load_codebook([CONF_DIR])
+    expected = [code for s in ("bdi", "hamd", "hama") for code in SCALES[s].codes]
+    assert list(rubric.required_items) == expected and rubric.placeholders == ["transcript"]
+    for s in ("bdi", "hamd", "hama"):
+        for code in SCALES[s].codes:
+            item = rubric.item(code)
+            assert (item.min, item.max) == (0, SCALES[s].item_max(code))
+            assert item.anchors == book.scales[s].items[code].values
+    assert "{transcript}" in rubric.prompt_text() and "profile" not in rubric.placeholders
+
+
+def test_the_report_has_a_fidelity_section_when_the_step_ran(tmp_path):
+    from analysis.sqpsych.report import build_report
+    from jobs.core.schemas import SCORES
+    from jobs.core.store import TableStore
+    from tests.unit.analysis.sqpsych.helpers import dialogue, write_dialogues
+
+    records = {"c1": {"BDI1": 0}, "c2": {"BDI1": 1}, "c3": {"BDI1": 2}}
+    write_dialogues(tmp_path, [dialogue(c, "m", [("therapist", "Hi.", 1), ("client", "Hello.", 1)]) for c in records])
+    (tmp_path / "profiles").mkdir()
+    _profiles(records).assign(group="mdd", split="test", status="ok").to_parquet(tmp_path / "profiles" / "part-0.parquet")
+    rows = _scores({c: v for c, v in records.items()}).assign(judge_type="llm", rubric_version="v")
+    TableStore(tmp_path, SCORES, writer=True).append(rows.to_dict("records"))
+    page = build_report(tmp_path).read_text()
+    assert 'id="fidelity"' in page
+    summary = pd.read_csv(tmp_path / "report" / "tables" / "fidelity_summary.csv")
+    assert summary.loc[0, "kappa"] == pytest.approx(1.0)  # answers equal the records
