@@ -23,10 +23,10 @@ from analysis import figures
 from analysis.columns import AVERAGE_LABEL, HUMAN_LABEL, N
 from analysis.scores import load_scores
 from analysis.sqpsych import agreement as ag
+from analysis.sqpsych.benchmarks import benchmark_section
 from analysis.sqpsych import fidelity as fd
 from analysis.sqpsych import panel as pn
 from analysis.sqpsych import validity as va
-from analysis.sqpsych.leakage import FLAG_SPAN as LEAK_SPAN
 from analysis.sqpsych.data import (
     GROUP, MODEL, PANEL_RUBRIC, PREFERENCE_RUBRIC, PROFILE_STATUS, ROLES, load_dialogues, load_profiles, ok_dialogues,
     utterances, with_groups,
@@ -40,6 +40,7 @@ from jobs.core.rubric import Rubric, load_rubric
 
 BENCH_DIR = "bench_answers"  # the benchmarks job's table; its section is analysis/sqpsych/benchmarks.py's
 EXPORT_DIR = "export"        # the fine-tuning export: one chat-format JSONL file per therapist model
+EXPORT_MANIFEST = "manifest.json"  # ...and its manifest (splits, sensitivity, the leakage audit)
 
 HOW_TO_READ = (
     "Each dialogue is a synthetic CBT session between a therapist model (the model under test) and "
@@ -265,12 +266,6 @@ def _benchmarks(w: ReportWriter, run_dir: Path) -> None:
         w.missing(w.section("benchmarks", "Counseling benchmarks (CBT-Bench, CounselingBench)"),
                   f"No {BENCH_DIR} table in this run: the counseling benchmarks were not run.")
         return
-    try:
-        from analysis.sqpsych.benchmarks import benchmark_section
-    except ImportError as exc:
-        w.missing(w.section("benchmarks", "Counseling benchmarks (CBT-Bench, CounselingBench)"),
-                  f"The run has benchmark answers but their analysis could not be imported: {exc}")
-        return
     benchmark_section(run_dir, w)
 
 
@@ -280,6 +275,11 @@ def _export(w: ReportWriter, run_dir: Path) -> None:
     if not files:
         w.missing(sec, f"No {EXPORT_DIR}/*.jsonl in this run: the dialogues were not exported.")
         return
+    # The leakage audit is the export's (its manifest lists the flagged dialogues and the threshold).
+    manifest_path = run_dir / EXPORT_DIR / EXPORT_MANIFEST
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.is_file() else {}
+    flagged = {m.get("file"): len(m.get("leakage_flagged", [])) for m in manifest.get("models", {}).values()}
+    span = manifest.get("leakage_flag_span")
     rows = []
     for f in files:
         with f.open(encoding="utf-8") as fh:
@@ -288,12 +288,13 @@ def _export(w: ReportWriter, run_dir: Path) -> None:
         rows.append({"file": f"{EXPORT_DIR}/{f.name}", "dialogues": len(meta), "bytes": f.stat().st_size,
                      "splits": ",".join(sorted({str(m.get("split")) for m in meta})),
                      "sensitivity": ",".join(sorted({str(m.get("sensitivity")) for m in meta})),
-                     "leakage_flagged": sum(r >= LEAK_SPAN for r in runs),
+                     "leakage_flagged": flagged.get(f"{EXPORT_DIR}/{f.name}"),
                      "longest_verbatim_run": max(runs) if runs else None})
     w.table(sec, pd.DataFrame(rows).set_index("file"), "export_files",
             "Exported files: one line per finished dialogue, one file per therapist model",
-            f"Leakage audit: leakage_flagged counts dialogues that repeat {LEAK_SPAN}+ consecutive words of their "
-            "client record (longest_verbatim_run: the longest such run in the file); the manifest lists them.")
+            f"Leakage audit (the export's): leakage_flagged counts dialogues that repeat "
+            f"{span if span is not None else 'the threshold of'}+ consecutive words of their client record "
+            f"(longest_verbatim_run: the longest such run in the file); {EXPORT_DIR}/{EXPORT_MANIFEST} lists them.")
 
 
 def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,

@@ -20,7 +20,7 @@ The method, as the code runs it (SQPsych's downstream evaluation, the paper's CB
 4. read the letters back into labels; an answer that is not the expected letters is a row with
    status `parse_error` and the raw answer kept, never a guessed label (`answer_format=json`
    asks for `{"answer": [letters]}` under a JSON schema instead, which the endpoints enforce);
-5. print macro recall and F1 per (model, task, mode) (`analysis.sqpsych.benchmarks`).
+5. say where the macro recall and F1 per (model, task, mode) are: the report (`analysis.sqpsych.benchmarks`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from jobs.core.base import StrictModel
 
 from jobs.config import RunConfig, run_entrypoint
 from jobs.runner import plan_text, run_model_stage
-from jobs.core.schemas import CALL_FIELDS, GENERATION_FIELDS, STATUS_ERROR, STATUS_PARSE_ERROR, Table
+from jobs.core.schemas import CALL_FIELDS, GENERATION_FIELDS, STATUS_ERROR, STATUS_OK, STATUS_PARSE_ERROR, Table
 from jobs.sqpsych.bench_data import (
     CBT_TASKS, COUNSELINGBENCH, MULTIPLE_CHOICE, BenchItem, LoadReport, TaskSpec, answer_format, json_instruction, load_cbt,
     load_layout, load_mcq, mcq_spec, parse_answer, parse_json_answer,
@@ -372,18 +372,12 @@ def run(cfg: Any) -> int:
 
 
 def print_metrics(store: TableStore) -> None:
-    """The scores per (model, task, mode), as the report's section computes them. The answers are
-    written whatever happens here: a summary that cannot be printed is said, not a failed job."""
-    try:
-        from analysis.sqpsych.benchmarks import benchmark_metrics
-
-        metrics = benchmark_metrics(store.read())
-    except Exception as exc:  # noqa: BLE001 - the job's output is the table, already complete
-        print(f"benchmarks: scores not printed ({type(exc).__name__}: {exc}); the report computes them "
-              f"from {store.dir}", file=sys.stderr)
-        return
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(metrics.round(3).to_string(index=False), flush=True)
+    """Where the scores are: the report computes them from the answers (the job stands below the
+    analysis and does not compute them a second way)."""
+    status = store.read(columns=["status"])["status"]
+    print(f"benchmarks: {int((status == STATUS_OK).sum())} answer(s) parsed, {int((status != STATUS_OK).sum())} "
+          f"not (counted as wrong); macro recall and F1 per model, task and mode: python -m analysis.report "
+          f"{store.dir.parent} (its benchmarks section)", flush=True)
 
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="sqpsych/benchmarks/job")

@@ -43,7 +43,7 @@ from pydantic import Field
 
 from jobs.core.base import StrictModel
 
-from analysis.sqpsych.leakage import FLAG_SPAN, longest_shared_run, words
+from jobs.sqpsych.leakage import FLAG_SPAN, longest_shared_run, words
 from jobs.sqpsych.schemas import PROFILES
 
 from jobs.core.schemas import DIALOGUES, STATUS_OK
@@ -201,7 +201,8 @@ def export(run_dir: str | Path, cfg: ExportConfig | None = None) -> dict[str, An
                                           "exported": len(lines), "left_out": dict(left_out),
                                           "leakage_flagged": flagged}
     manifest["leakage"] = (f"an exported dialogue repeating {FLAG_SPAN}+ consecutive words of its client record "
-                           "is listed under leakage_flagged (analysis/sqpsych/leakage.py)")
+                           "is listed under leakage_flagged (jobs/sqpsych/leakage.py)")
+    manifest["leakage_flag_span"] = FLAG_SPAN
     # The export is as restricted as its most restricted profile (an empty export as the run's cohort).
     every = exported_sensitivity or [_sensitivity(p) for p in labels.values()] or ["restricted"]
     manifest["sensitivity"] = "public" if all(x == "public" for x in every) else "restricted"

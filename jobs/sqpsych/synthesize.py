@@ -34,6 +34,8 @@ from pydantic import Field
 
 from jobs.config import RunConfig
 from jobs.dialogue import AgentSpec, Countdown, DialogueRules, DialogueSpec, run_dialogues
+from jobs.core.preflight import FailureSummary, summarize
+from jobs.sqpsych.cohort import load_cohort, ok_profiles, profile_rows
 from jobs.sqpsych.schemas import PROFILES
 from jobs.core.store import TableStore
 from jobs.sqpsych.protocol import DEFAULT_PROTOCOL, PROMPTS, load_protocol, prompt_messages, protocol_name
@@ -88,8 +90,6 @@ class SynthesizeConfig(RunConfig):
 def read_profiles(run_dir: Path) -> pd.DataFrame:
     """The usable profiles of the run (status ok) in a stable order, or a `ConfigError` saying
     which step writes them."""
-    from jobs.sqpsych.cohort import ok_profiles
-
     store = TableStore(run_dir, PROFILES)
     if not store.parts():
         raise ConfigError(f"no profiles in {store.dir}: run the cohort step first (it writes RUN_DIR/profiles/)")
@@ -99,8 +99,6 @@ def read_profiles(run_dir: Path) -> pd.DataFrame:
 def planned_profiles(cfg: SynthesizeConfig) -> pd.DataFrame:
     """For a dry run before the cohort step has written anything: the profiles it would write
     (the cohort is read and rendered in memory; nothing is written)."""
-    from jobs.sqpsych.cohort import load_cohort, profile_rows
-
     dataset = getattr(cfg, "dataset", None)
     if dataset is None:
         raise ConfigError("no profiles and no cohort (dataset) to plan from: run the cohort step first")
@@ -191,7 +189,5 @@ def run(cfg: SynthesizeConfig) -> int:
     counts = run_dialogues(specs, sensitivities, models, cfg, desc="synthesize")
     if cfg.dry_run:
         return 0
-    from jobs.core.preflight import FailureSummary, summarize
-
     return summarize("synthesize", counts["ok"], counts["failed"], counts.failures or FailureSummary(),
                      cfg.max_failed_fraction, "dialogues", Path(cfg.run_dir) / "dialogues")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jobs.sqpsych.cohort_config import load_cohort_config, write_cohort_csv
 from jobs.sqpsych.records import PAPER_SPLIT_GROUPS, SCALES, ClientRecord
 
 PAPER_GROUPS = {"control": 1178, "mdd": 912}
@@ -178,8 +179,6 @@ def generate_cohort(size: int = PAPER_SIZE, seed: int = 0) -> list[ClientRecord]
 
 def main(argv: list[str] | None = None) -> None:
     """Write a synthetic cohort as a CSV laid out by a dataset file's column mapping."""
-    from jobs.sqpsych.cohort import load_cohort_config, write_cohort_csv
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=24)
     parser.add_argument("--seed", type=int, default=0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.sqpsych.leakage import audit, longest_shared_run, ngram_overlap, words
+from jobs.sqpsych.leakage import audit, longest_shared_run, ngram_overlap, words
 
 PROFILE = "Question BDI17: Fatigability\nAnswer: I get tired from doing almost anything."
 
