@@ -1,13 +1,12 @@
 """A small SQPsych run written by hand (profiles, dialogues) and the judging stage run in-process.
 
-`direct_stage` stands in for `jobs.runner.run_model_stage` in unit tests: the same stage class
-with the same arguments, called on the whole batch in this process (no Ray), against the
-loopback fake endpoint the model file points to; its rows go to the same store.
+The jobs run on the inline runner (`RUN`'s `cluster.runner: inline`): the same stage, in this
+process, against the loopback fake endpoint the model file points to, its rows through the same
+collector into the same store.
 """
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pandas as pd
@@ -15,14 +14,12 @@ import pandas as pd
 from cluster.config import ClusterConfig
 from jobs.core.schemas import DIALOGUES, STATUS_OK
 from jobs.sqpsych.schemas import PROFILES
-from jobs.stage import endpoints_to_spec
 from jobs.core.store import TableStore
-from serving.client import Endpoint
-from jobs.core.configfiles import CONF_DIR
 from serving.deploy import ServingConfig
 from tests.conftest import write_model_dir
 
-RUN = dict(experiment="sqpsych_test", cluster=ClusterConfig(), serving=ServingConfig())
+# The inline runner (`cluster=inline`): the jobs' stages run in this process, no Ray.
+RUN = dict(experiment="sqpsych_test", cluster=ClusterConfig(runner="inline"), serving=ServingConfig())
 
 
 def turns(model: str, client: str = "client-sim", n: int = 4, tag: str = "") -> list[dict]:
@@ -60,13 +57,6 @@ def fake_judges(monkeypatch, tmp: Path, base_url: str, names=("judge1",), **fiel
     """Model files for fake external judges, found on the config search path (before conf/)."""
     for n in names:
         write_model_dir(tmp, n, base_url, **fields)
-    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [tmp, CONF_DIR])
+    monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(tmp))
 
 
-def direct_stage(rows, models, stage_cls, stage_kwargs, store, *, sensitivity, run, desc, counter=None):
-    endpoints = {m.name: Endpoint(m, m.base_url) for m in models}
-    stage = stage_cls(endpoints_to_spec(endpoints), 1.0, sensitivity, **stage_kwargs)
-    out = asyncio.run(stage(rows))
-    store.append(out)
-    n, ok = counter(out) if counter else (out.num_rows, 0)
-    return {"ok": ok, "failed": n - ok}

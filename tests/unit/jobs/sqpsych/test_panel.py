@@ -19,7 +19,7 @@ from jobs.core.store import TableStore
 from serving.governance import DataGovernanceError
 from tests.fakes.openai_server import FakeServer
 from tests.unit.jobs.sqpsych.judging_helpers import (
-    RUN, direct_stage, fake_judges, turns, write_dialogues, write_profiles,
+    RUN, fake_judges, turns, write_dialogues, write_profiles,
 )
 
 GROUPS = {"therapist": 9, "client": 4, "overall": 5}
@@ -125,7 +125,6 @@ def test_restricted_profiles_never_reach_an_external_judge(tmp_path, monkeypatch
     """The recording endpoint sees no request at all: the job refuses before planning calls."""
     write_dialogues(tmp_path, [("c1", "m1", "ok"), ("c2", "m1", "ok")])
     write_profiles(tmp_path, {"c1": "public"} if sensitivity == "missing profile" else {"c1": "public", "c2": sensitivity})
-    monkeypatch.setattr("jobs.judge.run_model_stage", direct_stage)
     with FakeServer() as server:
         fake_judges(monkeypatch, tmp_path / "conf", server.base_url)
         with pytest.raises(DataGovernanceError, match="restricted"):
@@ -137,7 +136,6 @@ def test_restricted_profiles_never_reach_an_external_judge(tmp_path, monkeypatch
 def test_panel_scores_every_item_and_resumes_without_resending(tmp_path, monkeypatch, capsys):
     write_dialogues(tmp_path, [("c1", "m1", "ok"), ("c2", "m1", "ok"), ("c3", "m1", "error")])
     write_profiles(tmp_path, {"c1": "public", "c2": "public", "c3": "public"})
-    monkeypatch.setattr("jobs.judge.run_model_stage", direct_stage)
     rubric = load_rubric("sqpsych_panel")
     with FakeServer() as server:
         fake_judges(monkeypatch, tmp_path / "conf", server.base_url, names=("judge1", "judge2"))
@@ -161,7 +159,6 @@ def test_panel_scores_every_item_and_resumes_without_resending(tmp_path, monkeyp
 def test_failed_calls_are_rows_and_are_asked_again_on_resume(tmp_path, monkeypatch):
     write_dialogues(tmp_path, [("c1", "m1", "ok")])
     write_profiles(tmp_path, {"c1": "public"})
-    monkeypatch.setattr("jobs.judge.run_model_stage", direct_stage)
     with FakeServer(always_fail="500") as server:
         fake_judges(monkeypatch, tmp_path / "conf", server.base_url, max_retries=0)
         panel.run(_cfg(tmp_path))

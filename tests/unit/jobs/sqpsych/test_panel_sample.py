@@ -10,7 +10,7 @@ from jobs.sqpsych import panel
 from jobs.sqpsych.panel import PanelConfig, select_dialogues, self_judged
 from jobs.core.store import TableStore
 from tests.fakes.openai_server import FakeServer
-from tests.unit.jobs.sqpsych.judging_helpers import RUN, direct_stage, fake_judges, write_dialogues, write_profiles
+from tests.unit.jobs.sqpsych.judging_helpers import RUN, fake_judges, write_dialogues, write_profiles
 
 
 def _meta() -> pd.DataFrame:
@@ -52,7 +52,6 @@ def _cfg(tmp_path, **kw) -> PanelConfig:
 def test_a_judge_is_not_asked_about_its_own_dialogues_unless_allowed(tmp_path, monkeypatch, capsys):
     write_dialogues(tmp_path, [("c1", "m1", "ok"), ("c2", "m2", "ok")])
     write_profiles(tmp_path, {"c1": "public", "c2": "public"})
-    monkeypatch.setattr("jobs.judge.run_model_stage", direct_stage)
     with FakeServer() as server:
         fake_judges(monkeypatch, tmp_path / "conf", server.base_url, names=("m1", "judge2"))
         assert panel.run(_cfg(tmp_path)) == 0
@@ -86,7 +85,6 @@ def test_fidelity_judges_the_transcript_alone_on_its_own_rubric(tmp_path, monkey
 
     write_dialogues(tmp_path, [("c1", "m1", "ok")])
     write_profiles(tmp_path, {"c1": "public"})
-    monkeypatch.setattr("jobs.judge.run_model_stage", direct_stage)
     with FakeServer() as server:
         fake_judges(monkeypatch, tmp_path / "conf", server.base_url, names=("judge2",))
         assert fidelity.run(_cfg(tmp_path).model_copy(update={"judges": ["judge2"]})) == 0

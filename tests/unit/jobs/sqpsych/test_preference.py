@@ -20,7 +20,7 @@ from jobs.core.configfiles import ConfigError, validated
 from serving.governance import DataGovernanceError
 from tests.fakes.openai_server import FakeServer
 from tests.unit.jobs.sqpsych.judging_helpers import (
-    RUN, direct_stage, fake_judges, write_dialogues, write_profiles,
+    RUN, fake_judges, write_dialogues, write_profiles,
 )
 
 
@@ -81,7 +81,6 @@ def test_job_asks_each_judge_both_orders_and_a_positional_judge_yields_draws(tmp
     is model b, in order ba model a, so every profile is a draw, never a win."""
     write_dialogues(tmp_path, [(c, m, "ok") for c in ("c1", "c2") for m in ("a", "b", "c")])
     write_profiles(tmp_path, {"c1": "public", "c2": "public"})
-    monkeypatch.setattr("jobs.judge.run_model_stage", direct_stage)
     with FakeServer() as server:
         fake_judges(monkeypatch, tmp_path / "conf", server.base_url, names=("judge1", "judge2"))
         cfg = _cfg(tmp_path, preference_pairs=[["a", "b"], ["c", "a"]]).model_copy(update={"judges": ["judge1", "judge2"]})
@@ -102,7 +101,6 @@ def test_job_asks_each_judge_both_orders_and_a_positional_judge_yields_draws(tmp
 def test_restricted_profiles_are_refused_before_any_request(tmp_path, monkeypatch):
     write_dialogues(tmp_path, [("c1", "a", "ok"), ("c1", "b", "ok")])
     write_profiles(tmp_path, {"c1": "restricted"})
-    monkeypatch.setattr("jobs.judge.run_model_stage", direct_stage)
     with FakeServer() as server:
         fake_judges(monkeypatch, tmp_path / "conf", server.base_url)
         with pytest.raises(DataGovernanceError, match="restricted"):

@@ -1,7 +1,7 @@
 """SQPsych synthesis on the shared dialogue engine: no byte of a restricted profile reaches an
 external endpoint (a recording fake proves it: the job refuses before any request, its log stays
 empty), the dialogues it builds (ids, prompts by group, the paper's rules), and a whole run
-in-process (the stage without Ray, `direct_stage`) that writes turns and dialogues and resumes.
+in-process (the inline runner: the stage without Ray) that writes turns and dialogues and resumes.
 """
 
 from __future__ import annotations
@@ -15,16 +15,9 @@ from jobs.core.store import TableStore
 from jobs.core.configfiles import ConfigError
 from serving.governance import DataGovernanceError
 from tests.fakes.openai_server import FakeServer
-from tests.unit.jobs.sqpsych.judging_helpers import RUN, direct_stage, fake_judges, write_profiles
+from tests.unit.jobs.sqpsych.judging_helpers import RUN, fake_judges, write_profiles
 
 SECRET = "BDI total: 21"  # in every profile write_profiles writes
-
-
-def _direct(rows, models, stage_cls, stage_kwargs, store, **kw):
-    """`direct_stage` (the stage in-process, no Ray) counting ok rows by their status, as the runner does."""
-    def ok_rows(t):
-        return t.num_rows, sum(s == "ok" for s in t.column("status").to_pylist())
-    return direct_stage(rows, models, stage_cls, stage_kwargs, store, counter=ok_rows, **kw)
 
 
 def _cfg(tmp_path, **kw) -> SynthesizeConfig:
@@ -34,7 +27,6 @@ def _cfg(tmp_path, **kw) -> SynthesizeConfig:
 @pytest.mark.parametrize("roles", [dict(models=["ext"]), dict(models=["gemma3-270m"], client_model="ext")])
 def test_no_byte_of_a_restricted_profile_reaches_an_external_endpoint(tmp_path, monkeypatch, roles):
     """As therapist or as client simulator, an external model is refused before any request."""
-    monkeypatch.setattr("jobs.runner.run_model_stage", _direct)  # were it reached, it would send
     with FakeServer() as recorder:
         fake_judges(monkeypatch, tmp_path / "conf", recorder.base_url, names=("ext",))
         cfg = _cfg(tmp_path, **roles)
@@ -57,7 +49,6 @@ def test_a_profile_without_a_sensitivity_is_restricted(tmp_path, monkeypatch):
 def test_public_profiles_run_end_to_end_and_resume_without_resending(tmp_path, monkeypatch):
     """The positive control of the refusal above (the same recorder sees a public profile), and
     the whole step in-process: turns and dialogues written, a second run sends nothing."""
-    monkeypatch.setattr("jobs.runner.run_model_stage", _direct)
     with FakeServer() as fake:
         fake_judges(monkeypatch, tmp_path / "conf", fake.base_url, names=("ext", "sim"))
         write_profiles(tmp_path / "run", {"c1": "public", "c2": "public"})
