@@ -38,7 +38,7 @@ import yaml
 
 from serving.capacity import check_fit
 from jobs.core.modelconfig import ModelConfig
-from jobs.core.configfiles import CONF_DIR, ConfigError, known_names, load_model
+from jobs.core.configfiles import CONF_DIR, ConfigError, find_group_file, known_names, load_model
 from serving.deploy import VLLM_APP
 from serving.kuberay import (  # noqa: F401  (re-exported: the manifests' public names)
     AUTH_SECRET, IMAGE, OPERATOR_NAMESPACE, RUNS_MOUNT, cluster_spec, gpu_nodes, networkpolicy,
@@ -102,13 +102,13 @@ def named_models(cfg: dict[str, Any]) -> list[str]:
 def served_gpu_models(cfg: dict[str, Any]) -> list[ModelConfig]:
     """The experiment's vLLM models, each checked to fit its GPUs (FitError otherwise) and its
     engine arguments checked against the pinned vLLM's `EngineArgs` (ConfigError otherwise)."""
-    models = [load_model(n, [CONF_DIR]) for n in named_models(cfg)]
+    models = [load_model(n) for n in named_models(cfg)]  # the search path: a user's model files too
     vllm = [m for m in models if m.provider == "serve" and m.engine == "vllm"]
     known = engine_arg_names()
     for m in vllm:
         unknown = unknown_engine_args(m, known)
         if unknown:
-            raise ConfigError(f"conf/model/{m.name}.yaml: engine_kwargs {', '.join(unknown)} "
+            raise ConfigError(f"{find_group_file('model', m.name)}: engine_kwargs {', '.join(unknown)} "
                               f"{'is not a field' if len(unknown) == 1 else 'are not fields'} of "
                               f"vLLM {VLLM_VERSION}'s EngineArgs ({engine_args_file().name}); "
                               "check the name against that release")

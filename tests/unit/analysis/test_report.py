@@ -75,7 +75,10 @@ def test_rubrics_of_several_methods_need_a_choice(tmp_path, monkeypatch):
                  load_rubric(str(toy)))
     # conf/ has no rubric "toy": unknown rubrics are passed over, the other one decides.
     assert find_method(run) == "mentalbench"
-    monkeypatch.setattr("analysis.report.load_rubric", lambda n: load_rubric(str(toy) if n == "toy" else n))
+    # The rubric file "toy" now found on the search path: its scores name a second method.
+    (tmp_path / "sp" / "rubric").mkdir(parents=True)
+    (tmp_path / "sp" / "rubric" / "toy.yaml").write_text(TOY)
+    monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(tmp_path / "sp"))
     with pytest.raises(NoMethodError, match="several methods.*mentalbench.*nosuchmethod"):
         find_method(run)
     (run / "run.json").write_text(json.dumps({"method": "mentalbench"}))

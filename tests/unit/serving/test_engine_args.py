@@ -11,6 +11,7 @@ import importlib.util
 import textwrap
 
 import pytest
+import yaml
 
 from jobs.core.configfiles import CONF_DIR, ConfigError, known_names, load_model
 from serving.versions import VLLM_VERSION
@@ -54,19 +55,16 @@ def test_a_misspelled_engine_arg_is_found_and_llm_config_keys_are_not_counted():
     assert unknown_engine_args(load_model("gemma3-270m"), frozenset()) == []  # not vLLM
 
 
-def test_rendering_a_manifest_refuses_an_unknown_engine_arg(monkeypatch):
+def test_rendering_a_manifest_refuses_an_unknown_engine_arg(monkeypatch, tmp_path):
     from serving import manifests
 
-    real = manifests.load_model
-
-    def with_typo(name, dirs=None):
-        m = real(name, dirs)
-        if name != "qwen2-5-7b-instruct":
-            return m
-        return m.model_copy(update={"engine_kwargs": {**m.engine_kwargs, "enable_prefix_cache": True}})
-
-    monkeypatch.setattr(manifests, "load_model", with_typo)
-    with pytest.raises(ConfigError, match=r"conf/model/qwen2-5-7b-instruct.yaml: engine_kwargs "
+    # The model file with a misspelt engine argument, from a folder of one's own (searched first).
+    data = yaml.safe_load((CONF_DIR / "model" / "qwen2-5-7b-instruct.yaml").read_text())
+    data["engine_kwargs"]["enable_prefix_cache"] = True
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "qwen2-5-7b-instruct.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"model/qwen2-5-7b-instruct.yaml: engine_kwargs "
                                           r"enable_prefix_cache is not a field of vLLM 0\.29\.0"):
         manifests.served_gpu_models(manifests.compose(["experiment=mentalbench"]))
 

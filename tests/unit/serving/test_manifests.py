@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from serving.capacity import FitError
-from jobs.core.configfiles import ConfigError, load_model
+from jobs.core.configfiles import CONF_DIR, ConfigError, load_model
 from serving.manifests import (
     compose, dns_name, gpu_nodes, main, named_models, pack_nodes, render, render_args, served_gpu_models,
 )
@@ -62,9 +62,12 @@ def test_gpu_groups_are_sized_from_replicas_and_tensor_parallelism():
 
 
 def test_a_model_that_cannot_fit_stops_the_render(tmp_path, monkeypatch):
-    big = load_model("llama-3-3-70b-instruct").model_copy(
-        update={"resources": load_model("qwen3-4b").resources})  # TP 1: 131 GiB on one A100
-    monkeypatch.setattr("serving.manifests.load_model", lambda name, dirs=None: big)
+    # A model file of one's own (found first on $EVALCLUSTER_SEARCHPATH): the 70B at TP 1, 131 GiB on one A100.
+    data = yaml.safe_load((CONF_DIR / "model" / "llama-3-3-70b-instruct.yaml").read_text())
+    data["resources"]["tensor_parallel_size"] = 1
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "llama-3-3-70b-instruct.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(tmp_path))
     with pytest.raises(FitError, match=r"set resources.tensor_parallel_size to 2"):
         served_gpu_models({"models": ["llama-3-3-70b-instruct"]})
 
