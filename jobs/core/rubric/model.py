@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
@@ -27,7 +28,7 @@ from pydantic import Field, field_validator, model_validator
 
 from jobs.core.base import StrictModel
 
-from jobs.core.configfiles import ConfigError, find_file, find_group_file, read_yaml, validated
+from jobs.core.configfiles import ConfigError, find_file, find_group_file, read_yaml, search_dirs, validated
 
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _PLACEHOLDER_RE = re.compile(r"\{([A-Za-z][A-Za-z0-9_]*)\}")
@@ -307,8 +308,18 @@ def _finite(v: Any) -> float | None:
 
 def load_rubric(name_or_path: str | Path, dirs: list[Path] | None = None) -> Rubric:
     """Load `rubric/<name>.yaml` from the config search path (or a YAML file path), read its
-    prompt file, and check that the prompt holds every declared placeholder."""
+    prompt file, and check that the prompt holds every declared placeholder.
+
+    Read once per process while the file is unchanged: every step of a run (the judge, the
+    report, the sweep summary) gets the same validated, frozen `Rubric`."""
+    dirs = list(dirs) if dirs is not None else search_dirs()
     path = find_group_file("rubric", str(name_or_path), dirs)
+    return _read_rubric(path, path.stat().st_mtime_ns, tuple(dirs))
+
+
+@lru_cache(maxsize=64)
+def _read_rubric(path: Path, _mtime_ns: int, dirs: tuple[Path, ...]) -> Rubric:
+    dirs = list(dirs)
     data = read_yaml(path)
     data.setdefault("name", path.stem)
     if data.get("prompt_file"):
