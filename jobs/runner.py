@@ -20,7 +20,7 @@ from tqdm import tqdm
 from jobs.collect import Collector, Interrupted, RowSink, interrupt_signals, raise_on_sigterm
 from jobs.preflight import Counted, FailureSummary
 from jobs.schemas import STATUS_OK
-from jobs.stage import with_sink
+from jobs.stage import SINK_EVERY_S, with_sink
 from jobs.store import TableStore
 
 
@@ -161,7 +161,8 @@ def run_stage(
         # `max_restarts` has no named parameter in Ray 2.60; its actor pool documents
         # `map_batches(..., max_restarts=0)` as the way to disable restarts.
         warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
-        ds = _map_stage(ray, chunks, stage_cls, {**stage_kwargs, "sink_name": sink_name}, workers,
+        ds = _map_stage(ray, chunks, stage_cls, {**stage_kwargs, "sink_name": sink_name,
+                                                   "sink_every_s": min(flush_every_s, SINK_EVERY_S)}, workers,
                         max_concurrency, worker_num_cpus)
     with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar:
         collector = Collector(store, sink, flush_every_s=flush_every_s, bar=bar, counter=_with_reasons(counter))

@@ -12,6 +12,7 @@ session, a pair of answers); the item is one line of the rubric.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Iterable
 
 import pyarrow as pa
 
@@ -54,6 +55,44 @@ class Table:
         if name not in self.schema.names:
             raise KeyError(f"table {self.name!r} has no column {name!r}; it has {self.columns}")
         return name
+
+
+class TableColumnError(ValueError):
+    """Rows that do not fit their table: a key the table lacks (e.g. misspelt), a required
+    column missing or null, a value of the wrong type. Raised before anything is written."""
+
+
+def rows_to_arrow(table: Table, rows: Iterable[dict[str, Any]]) -> pa.Table:
+    """Rows (dicts) as an Arrow table of `table`'s schema, strictly and without pandas.
+
+    A key the table does not know is an error naming it and the row (never silently dropped);
+    a required (non-nullable) column missing or null is an error; a nullable column a row
+    leaves out is null (failure rows carry only their key, status and error). Built with
+    `pa.Table.from_pylist`: ~0.1 ms for a row where a one-row DataFrame cost ~1.5 ms, which
+    matters when a stage streams hundreds of rows a second.
+    """
+    rows = rows if isinstance(rows, list) else list(rows)
+    names = set(table.schema.names)
+    for i, row in enumerate(rows):
+        unknown = row.keys() - names
+        if unknown:
+            raise TableColumnError(f"table {table.name!r} has no column {', '.join(map(repr, sorted(unknown)))} "
+                                   f"(row {i}: {_row_key(table, row)}); its columns are {table.columns}")
+    try:
+        out = pa.Table.from_pylist(rows, schema=table.schema)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise TableColumnError(f"rows of table {table.name!r} do not fit its schema: {exc}") from exc
+    for field in table.schema:
+        if not field.nullable and out.column(field.name).null_count:
+            bad = next(i for i, r in enumerate(rows) if r.get(field.name) is None)
+            raise TableColumnError(f"table {table.name!r}: required column {field.name!r} is missing or null "
+                                   f"in {out.column(field.name).null_count} of {out.num_rows} row(s), the "
+                                   f"first row {bad}: {_row_key(table, rows[bad])}")
+    return out
+
+
+def _row_key(table: Table, row: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={row.get(k)!r}" for k in table.key)
 
 
 CALL_FIELDS = [
