@@ -39,7 +39,7 @@ test: $(STAMP) $(CHROMIUM)
 bench: $(STAMP)
 	$(PY) -m benchmarks.throughput
 	$(PY) -m benchmarks.serve_vs_engine
-	$(PY) -m benchmarks.arena_sessions
+	$(PY) -m benchmarks.dialogue_concurrency
 
 clean-venv:
 	rm -rf $(VENV)
