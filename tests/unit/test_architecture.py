@@ -4,7 +4,8 @@
   `analysis/<method>/`), and never names one in code;
 - a method package never imports another method's;
 - `serving/` and `cluster/` import neither `jobs/` nor `analysis/` (they sit below them);
-- `analysis/` imports no Ray and no model code.
+- `analysis/` imports no Ray and no model code;
+- `benchmarks/` import nothing from `tests/`.
 """
 
 from __future__ import annotations
@@ -112,3 +113,11 @@ def test_modules_stay_small():
     big = [f"{p.relative_to(ROOT)}: {n}" for top in ("jobs", "analysis", "serving", "cluster")
            for p in modules(top) if (n := len(p.read_text(encoding="utf-8").splitlines())) > 450]
     assert not big, big
+
+
+def test_benchmarks_import_nothing_from_tests():
+    """Benchmarks are run from a user's checkout (`make bench`): what they need lives in
+    `benchmarks/` (the loopback endpoint, the bare loop), never in `tests/` (issue 22)."""
+    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in modules("benchmarks") for m in imports(p)
+           if m.split(".")[0] == "tests"]
+    assert not bad, bad
