@@ -10,7 +10,10 @@ process's RSS high-water mark (`VmHWM`), read while it runs. The bare loop
 Two ratios, bare loop's time / job's time for the same calls:
 - sustained: between the first and the last answer (the job's rows carry `created_at`, set as
   each call returns; the loop reports its own), i.e. the rate once both are running;
-- total: the whole command, start-up included.
+- total: the whole command, start-up included;
+and, because the machine may be shared (wall times then swing with the load), the CPU each side
+spent per call (the command and every process it started and reaped: Ray's raylet, GCS and
+workers for the job), which the load does not change much.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import threading
@@ -61,20 +65,67 @@ def _vm_hwm_kb(pid: int) -> int | None:
     return None
 
 
+def _children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _processes() -> dict[int, tuple[int, float, int]]:
+    """pid -> (parent pid, CPU seconds, start time) of every process, from /proc (Linux)."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            f = (d / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        out[int(d.name)] = (int(f[1]), (int(f[11]) + int(f[12])) / tick, int(f[19]))
+    return out
+
+
+class _TreeWatch:
+    """The driver's RSS high water and the CPU of the driver and every process under it (Ray's
+    raylet, GCS and workers, which the driver does not reap), sampled while it runs."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.cpu: dict[tuple[int, int], float] = {}  # (pid, start time) -> last CPU seconds seen
+        self.peak_kb = 0
+
+    def sample(self) -> None:
+        kb = _vm_hwm_kb(self.pid)
+        if kb:
+            self.peak_kb = max(self.peak_kb, kb)
+        procs = _processes()
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in procs.items():
+            children.setdefault(ppid, []).append(pid)
+        todo = [self.pid]
+        while todo:
+            pid = todo.pop()
+            if pid in procs:
+                _, cpu, start = procs[pid]
+                self.cpu[(pid, start)] = cpu
+                todo.extend(children.get(pid, []))
+
+    def cpu_s(self) -> float:
+        return sum(self.cpu.values())
+
+
 def run_cli(module: str, overrides: list[str], log: Path, timeout_s: float = 900) -> dict[str, Any]:
-    """`python -m module overrides...` as a user runs it; its wall time and driver peak RSS."""
+    """`python -m module overrides...` as a user runs it; its wall time, CPU and driver peak RSS."""
     started = time.time()
     with open(log, "w", encoding="utf-8") as fh:
         proc = subprocess.Popen([sys.executable, "-m", module, *overrides], stdout=fh, stderr=subprocess.STDOUT,
                                 cwd=REPO, env=env())
-        peak = [0]
+        tree = _TreeWatch(proc.pid)
 
         def watch() -> None:
             while proc.poll() is None:
-                kb = _vm_hwm_kb(proc.pid)
-                if kb:
-                    peak[0] = max(peak[0], kb)
-                time.sleep(0.2)
+                tree.sample()
+                time.sleep(0.25)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
@@ -87,10 +138,12 @@ def run_cli(module: str, overrides: list[str], log: Path, timeout_s: float = 900
     wall = time.time() - started
     if rc != 0:
         raise RuntimeError(f"python -m {module} exited {rc}; its output: {log}\n{log.read_text()[-3000:]}")
-    return {"wall_s": wall, "started": started, "driver_peak_rss_mb": round(peak[0] / 1024, 1) if peak[0] else None}
+    return {"wall_s": wall, "started": started, "cpu_s": tree.cpu_s(),
+            "driver_peak_rss_mb": round(tree.peak_kb / 1024, 1) if tree.peak_kb else None}
 
 
 def run_bare(base_url: str, requests: Path, concurrency: int) -> dict[str, Any]:
+    cpu = _children_cpu_s()
     started = time.time()
     out = subprocess.run([sys.executable, "-m", "benchmarks.bareloop", "--base-url", base_url, "--requests",
                           str(requests), "--concurrency", str(concurrency)],
@@ -98,7 +151,7 @@ def run_bare(base_url: str, requests: Path, concurrency: int) -> dict[str, Any]:
     res = json.loads(out.stdout.strip().splitlines()[-1])
     if res["errors"]:
         raise RuntimeError(f"the bare loop had {res['errors']} errors")
-    return {**res, "wall_s": time.time() - started}
+    return {**res, "wall_s": time.time() - started, "cpu_s": _children_cpu_s() - cpu}
 
 
 def created_span(table_dir: Path) -> tuple[int, int, float]:
@@ -117,6 +170,9 @@ def compare(calls: int, job: dict[str, Any], job_span: float, bare: dict[str, An
         "job_rps_sustained": round((calls - 1) / job_span, 1), "job_rps_total": round(calls / job["wall_s"], 1),
         "bare_wall_s": round(bare["wall_s"], 2), "job_wall_s": round(job["wall_s"], 2),
         "ratio_sustained": round(bare_span / job_span, 3), "ratio_total": round(bare["wall_s"] / job["wall_s"], 3),
+        "bare_cpu_ms_per_call": round(1000 * bare["cpu_s"] / calls, 2),
+        "job_cpu_ms_per_call": round(1000 * job["cpu_s"] / calls, 2),
+        "ratio_cpu": round(bare["cpu_s"] / job["cpu_s"], 3),
         "driver_peak_rss_mb": job["driver_peak_rss_mb"],
     }
 
