@@ -92,13 +92,13 @@ def main() -> None:
     print(f"\n{record['machine']}, load average {record['load_avg_1m_at_start']} at start; "
           f"endpoint answers after {args.latency * 1000:.0f} ms")
     print("| method | dialogues x turns | bare loop (s, first to last answer) | job (s) | ratio sustained | "
-          "job command (s) | ratio total | driver peak RSS |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "job command (s) | ratio total | CPU ms/call bare / job | driver peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in record["results"]:
         bare_span, job_span = (r["calls"] - 1) / r["bare_rps_sustained"], (r["calls"] - 1) / r["job_rps_sustained"]
         print(f"| {r['method']} | {r['dialogues']} x {r['turns']} | {bare_span:.2f} | {job_span:.2f} | "
               f"{r['ratio_sustained']:.2f} | {r['job_wall_s']:.1f} | {r['ratio_total']:.2f} | "
-              f"{r['driver_peak_rss_mb']:.0f} MB |")
+              f"{r['bare_cpu_ms_per_call']:.1f} / {r['job_cpu_ms_per_call']:.1f} | {r['driver_peak_rss_mb']:.0f} MB |")
 
 
 if __name__ == "__main__":

@@ -89,12 +89,12 @@ def main() -> None:
     print(f"\n{record['machine']}, load average {record['load_avg_1m_at_start']} at start; "
           f"endpoint answers after {args.latency * 1000:.0f} ms")
     print("| concurrency | calls | bare loop req/s | job req/s (sustained) | job req/s (total) | ratio sustained "
-          "| ratio total | driver peak RSS |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| ratio total | CPU ms/call bare / job | driver peak RSS |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in record["results"]:
         print(f"| {r['concurrency']} | {r['calls']:,} | {r['bare_rps_sustained']:.0f} | {r['job_rps_sustained']:.0f} | "
               f"{r['job_rps_total']:.0f} | {r['ratio_sustained']:.2f} | {r['ratio_total']:.2f} | "
-              f"{r['driver_peak_rss_mb']:.0f} MB |")
+              f"{r['bare_cpu_ms_per_call']:.1f} / {r['job_cpu_ms_per_call']:.1f} | {r['driver_peak_rss_mb']:.0f} MB |")
     print("\n| rows | driver peak RSS |\n|---:|---:|")
     for m in record["memory"]:
         print(f"| {m['rows']:,} | {m['driver_peak_rss_mb']:.0f} MB |")
