@@ -173,6 +173,7 @@ def compare(calls: int, job: dict[str, Any], job_span: float, bare: dict[str, An
         "bare_cpu_ms_per_call": round(1000 * bare["cpu_s"] / calls, 2),
         "job_cpu_ms_per_call": round(1000 * job["cpu_s"] / calls, 2),
         "ratio_cpu": round(bare["cpu_s"] / job["cpu_s"], 3),
+        "bare_event_loop": bare.get("event_loop"),
         "driver_peak_rss_mb": job["driver_peak_rss_mb"],
     }
 
