@@ -2,7 +2,7 @@
 
     python -m benchmarks.throughput                        # 20,000 calls at concurrency 64 and 256
     python -m benchmarks.throughput --requests 4000 --concurrency 64 --memory-rows
-    python -m benchmarks.throughput --memory-rows 5000 20000 100000   # driver memory by rows
+    python -m benchmarks.throughput --memory-only --memory-rows 5000 20000 100000   # driver memory by rows
 
 For each concurrency: the generate job as a user runs it (its default config, the CLI in a
 subprocess: Hydra, an embedded Ray cluster, Ray Data, the row sink, Parquet) over a CSV of
@@ -67,11 +67,12 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.1)
     ap.add_argument("--memory-rows", type=int, nargs="*", default=[5000],
                     help="also run the job alone at these row counts (at the first concurrency) for its memory")
+    ap.add_argument("--memory-only", action="store_true", help="only the --memory-rows runs, no comparison")
     ap.add_argument("--no-save", action="store_true", help="print only; do not append to the JSON")
     args = ap.parse_args()
 
     record = {**machine(), "latency_s": args.latency, "results": [], "memory": []}
-    for c in args.concurrency:
+    for c in [] if args.memory_only else args.concurrency:
         with tempfile.TemporaryDirectory() as tmp:
             r = {"concurrency": c, **job(Path(tmp), args.requests, c, args.latency, with_bare=True)}
         record["results"].append(r)
