@@ -154,8 +154,7 @@ def run_stage(
     sink = ray.remote(num_cpus=0)(RowSink).options(name=sink_name).remote()
     # Arrow blocks built here: `from_pandas` converts the frames in Ray tasks, which waits for a
     # worker to start and import pandas (~3 s of the run's start-up on 2 cores).
-    table = pa.Table.from_pandas(rows.reset_index(drop=True), preserve_index=False)
-    chunks = [table.slice(i, rows_per_task) for i in range(0, len(rows), rows_per_task)]
+    chunks = _chunks(rows, rows_per_task)
     # Each worker must hold enough batches to keep `rows_in_flight` calls open with spare rows
     # queued behind them; Ray Data submits up to 2 x max_concurrency tasks per actor.
     per_worker_rows = math.ceil(rows_in_flight / workers)
@@ -188,13 +187,25 @@ def run_stage(
     return StageResult(collector.counts["ok"], collector.counts["failed"], collector.failures, collector.saved)
 
 
+def _chunks(rows: pd.DataFrame, rows_per_task: int) -> list:
+    """Blocks of `rows_per_task` rows, as Arrow tables; as frames when a column mixes types that
+    Arrow cannot hold in one column (Ray Data's own fallback)."""
+    try:
+        table = pa.Table.from_pandas(rows.reset_index(drop=True), preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return [rows.iloc[i : i + rows_per_task] for i in range(0, len(rows), rows_per_task)]
+    return [table.slice(i, rows_per_task) for i in range(0, len(rows), rows_per_task)]
+
+
 def _map_stage(ray: Any, chunks: list, stage_cls: type, kwargs: dict[str, Any], workers: int,
                max_concurrency: int, worker_num_cpus: float) -> Any:
-    return ray.data.from_arrow(chunks).map_batches(
+    arrow = isinstance(chunks[0], pa.Table)
+    return (ray.data.from_arrow(chunks) if arrow else ray.data.from_pandas(chunks)).map_batches(
         with_sink(stage_cls),
         fn_constructor_kwargs=kwargs,
         batch_size=None,
-        batch_format="pyarrow",  # rows as dicts straight from Arrow (`to_pylist`), no frame per block
+        # Rows as dicts straight from Arrow (`to_pylist`), no frame per block.
+        batch_format="pyarrow" if arrow else "pandas",
         compute=ray.data.ActorPoolStrategy(
             size=workers,
             max_concurrent_calls_per_actor=max_concurrency,
