@@ -41,7 +41,7 @@ test: $(STAMP) $(CHROMIUM)
 bench: $(STAMP)
 	$(PY) -m benchmarks.throughput
 	$(PY) -m benchmarks.serve_vs_engine
-	$(PY) -m benchmarks.arena_sessions
+	$(PY) -m benchmarks.dialogue_concurrency
 
 # One GPU, one command (README, "On GPUs"): a separate .venv-gpu with the vLLM that Ray pins
 # (ray[llm] at serving/versions.py's RAY_VERSION) and the project installed over it without

@@ -1,109 +1,104 @@
-"""Dialogues all in flight vs one after another, side by side, in one run.
+"""The dialogue engine through the commands users run, against the bare client, same conversations.
 
-    python -m benchmarks.dialogue_concurrency                     # 64 dialogues x 10 turns, 100 ms
-    python -m benchmarks.dialogue_concurrency --dialogues 16 --turns 6
+    python -m benchmarks.dialogue_concurrency                 # SQPsych and Ψ-Arena, 64 x 10 turns, 100 ms
+    python -m benchmarks.dialogue_concurrency --methods sqpsych --dialogues 16 --turns 6
 
-Both sides run the same `DialogueStage` (the shared dialogue engine: prompts rendered from the
-history, answers cleaned, repeats checked, every turn written to a TURNS table in a temporary
-run directory) through the same `ChatClient`, against one loopback OpenAI-compatible fake that
-answers every request after a fixed latency (100 ms):
+For each method, its pipeline as a user runs it (`python -m jobs.pipeline experiment=<method>`,
+the method's own config, the CLI in a subprocess: Hydra, an embedded Ray cluster, Ray Data, the
+shared dialogue engine with its prompts, cleaning and per-turn TURNS writes, the row sink,
+Parquet), shrunk to `dialogues` conversations of `turns` turns between two agents played by one
+model, `bench`: a loopback OpenAI-compatible endpoint answering every call after 100 ms
+(`benchmarks.endpoint`, its own process), at concurrency 64.
+- SQPsych: `steps=[cohort,synthesize]` on the synthetic cohort's first `dialogues` clients,
+  therapist and client, the stop token honored from turn `turns` (it never comes: every
+  session runs to `max_turns`);
+- Ψ-Arena: `steps=[cards,sessions]` on `dialogues` cards (the shipped demo cards, repeated
+  under new ids), the `psycho` counselor prompt, `turns / 2` rounds, the client first.
 
-- `together`: one batch of all the dialogues, as a Ray Data worker gets it: every dialogue a
-  coroutine, each turn a call in flight, bounded by the model's concurrency limit (64);
-- `one by one`: the same dialogues, each awaited to its end before the next starts.
-
-A dialogue's turns are sequential (each needs the previous answer), so the best possible ratio
-is the number of dialogues (64 here). Results are appended to
-`docs/benchmarks/dialogue_concurrency.json` and printed as a Markdown table row.
+Then the bare loop (`benchmarks.bareloop`) replays the very requests each conversation made,
+turn after turn, all conversations at once. Printed and appended to
+`docs/benchmarks/dialogue_concurrency.json`: both ratios (sustained: first to last answer;
+total: the whole command; see `benchmarks.harness`) and the driver's peak RSS.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import platform
 import tempfile
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from jobs.dialogue import AgentSpec, DialogueRules, DialogueSpec, DialogueStage
-from jobs.dialogue.job import plan_rows
-from jobs.stage import endpoints_to_spec
-from serving.client import Endpoint
-from jobs.core.modelconfig import ModelConfig
-from tests.fakes.openai_server import FakeServer
+from benchmarks.endpoint import Endpoint
+from benchmarks.harness import MODEL, REPO, compare, created_span, machine, run_bare, run_cli, save, write_model_dir
 
-REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "benchmarks" / "dialogue_concurrency.json"
+DEMO_CARDS = REPO / "data" / "demo" / "arena_cards_demo.json"
 
 
-def specs(n: int, turns: int) -> list[DialogueSpec]:
-    rules = DialogueRules(first_speaker="therapist", max_turns=turns, min_turns=turns)
-    return [DialogueSpec(
-        dialogue_id=f"bench-{i}", context_id=str(i), rules=rules, fields={"profile": f"client {i}"},
-        agents=[AgentSpec(role="therapist", label="Therapist", model="fake", template="{profile}: turn {turn}"),
-                AgentSpec(role="client", label="Client", model="fake", template="{profile} answers {turn}")],
-    ) for i in range(n)]
+def sqpsych_overrides(n: int, turns: int) -> list[str]:
+    # The cohort is synthetic; marked public here because the endpoint is an `openai` model, which
+    # restricted (clinical) data never reaches (only models served by the cluster do).
+    return ["experiment=sqpsych", "steps=[cohort,synthesize]", f"dataset.limit={n}", "dataset.sensitivity=public",
+            f"models=[{MODEL}]", f"client_model={MODEL}", f"judges=[{MODEL}]", f"min_turns={turns}",
+            f"max_turns={turns}"]
 
 
-def stage(base_url: str, concurrency: int, run_dir: str) -> DialogueStage:
-    model = ModelConfig(name="fake", display_name="fake", family="fake", provider="openai", source="fake",
-                        locality="external", base_url=base_url, concurrency=concurrency, timeout_s=30, max_retries=0)
-    return DialogueStage(endpoints_to_spec({"fake": Endpoint(model, base_url)}), 1.0, "public",
-                         run_dir=run_dir, run_id="bench", flush_every_s=2.0)
+def arena_overrides(n: int, turns: int, tmp: Path) -> list[str]:
+    demo = json.loads(DEMO_CARDS.read_text(encoding="utf-8"))
+    cards = [{**demo[i % len(demo)], "card_id": f"bench-{i}", "source_id": f"bench-{i}"} for i in range(n)]
+    path = tmp / "cards.json"
+    path.write_text(json.dumps(cards), encoding="utf-8")
+    return ["experiment=arena", "steps=[cards,sessions]", "dataset=arena_cards_example", f"dataset.path={path}",
+            "dataset.limit=null", f"models=[{MODEL}]", f"client_model={MODEL}", f"judges=[{MODEL}]",
+            "variants=[psycho]", f"rounds={turns // 2}", "iterations=1"]
 
 
-async def together(st: DialogueStage, batch) -> tuple[float, int]:
-    started = time.perf_counter()
-    out = await st(batch)
-    return time.perf_counter() - started, int(sum(out.column("n_turns").to_pylist()))
-
-
-async def one_by_one(st: DialogueStage, batch) -> tuple[float, int]:
-    started = time.perf_counter()
-    n = 0
-    for i in range(len(batch)):
-        out = await st(batch.iloc[i : i + 1])
-        n += int(sum(out.column("n_turns").to_pylist()))
-    return time.perf_counter() - started, n
+def one(method: str, n: int, turns: int, concurrency: int, latency: float) -> dict:
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        record = tmp / "requests.jsonl"
+        with Endpoint(latency=latency, record=record) as ep:
+            models = write_model_dir(tmp / "conf", ep.base_url, concurrency)
+            overrides = sqpsych_overrides(n, turns) if method == "sqpsych" else arena_overrides(n, turns, tmp)
+            run = run_cli("jobs.pipeline", [*overrides, f"hydra.searchpath=[file://{models}]",
+                                            f"run_dir={tmp / 'run'}"], tmp / "pipeline.log")
+            stats = ep.stats()
+            rows, ok, span = created_span(tmp / "run" / "turns")
+            if not rows == ok == stats["requests"] == n * turns:
+                raise RuntimeError(f"{method}: {rows} turns, {ok} ok, {stats['requests']} requests; expected "
+                                   f"{n * turns}\n{(tmp / 'pipeline.log').read_text()[-3000:]}")
+            bare = run_bare(ep.base_url, record, concurrency)
+    return {"method": method, "dialogues": n, "turns": turns, "concurrency": concurrency,
+            "max_in_flight": stats["max_in_flight"], **compare(n * turns, run, span, bare)}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--methods", nargs="+", default=["sqpsych", "arena"], choices=["sqpsych", "arena"])
     p.add_argument("--dialogues", type=int, default=64)
-    p.add_argument("--turns", type=int, default=10)
+    p.add_argument("--turns", type=int, default=10, help="turns per dialogue (even: Ψ-Arena counts rounds)")
     p.add_argument("--latency", type=float, default=0.1)
     p.add_argument("--concurrency", type=int, default=64, help="the model's concurrency limit")
-    p.add_argument("--no-save", action="store_true", help="do not append to the JSON results")
+    p.add_argument("--no-save", action="store_true", help="print only; do not append to the JSON")
     args = p.parse_args()
 
-    batch = plan_rows(specs(args.dialogues, args.turns), ["public"] * args.dialogues, set(), {})
-    with FakeServer(latency=args.latency, log=False) as fake, tempfile.TemporaryDirectory() as tmp:
-        # Warm-up: the openai client's first connection and imports are not what is measured.
-        asyncio.run(together(stage(fake.base_url, args.concurrency, f"{tmp}/warm"), batch.iloc[:2]))
-        t_all, n_all = asyncio.run(together(stage(fake.base_url, args.concurrency, f"{tmp}/all"), batch))
-        max_in_flight = fake.stats()["max_in_flight"]
-        t_seq, n_seq = asyncio.run(one_by_one(stage(fake.base_url, args.concurrency, f"{tmp}/seq"), batch))
-    expected = args.dialogues * args.turns
-    if n_all != expected or n_seq != expected:
-        raise SystemExit(f"turns run: together {n_all}, one by one {n_seq}; expected {expected} each")
-    result = {
-        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.node(),
-        "dialogues": args.dialogues, "turns": args.turns, "latency_s": args.latency,
-        "concurrency": args.concurrency, "together_s": round(t_all, 3), "one_by_one_s": round(t_seq, 3),
-        "speedup": round(t_seq / t_all, 1), "max_in_flight": max_in_flight,
-        "ideal_together_s": args.turns * args.latency, "ideal_one_by_one_s": expected * args.latency,
-    }
+    record = {**machine(), "latency_s": args.latency, "results": []}
+    for method in args.methods:
+        r = one(method, args.dialogues, args.turns, args.concurrency, args.latency)
+        record["results"].append(r)
+        print(f"{method}: sustained {r['ratio_sustained']:.2f}, total {r['ratio_total']:.2f} of the bare loop", flush=True)
     if not args.no_save:
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        runs = json.loads(OUT.read_text()) if OUT.is_file() else []
-        OUT.write_text(json.dumps([*runs, result], indent=1) + "\n")
-    print("| dialogues | turns | latency | together (s) | one by one (s) | speedup | max in flight |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    print(f"| {args.dialogues} | {args.turns} | {args.latency * 1000:.0f} ms | {t_all:.2f} | {t_seq:.1f} | "
-          f"{t_seq / t_all:.1f}x | {max_in_flight} |")
+        save(OUT, record)
+    print(f"\n{record['machine']}, load average {record['load_avg_1m_at_start']} at start; "
+          f"endpoint answers after {args.latency * 1000:.0f} ms")
+    print("| method | dialogues x turns | bare loop (s, first to last answer) | job (s) | ratio sustained | "
+          "job command (s) | ratio total | CPU ms/call bare / job | driver peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in record["results"]:
+        bare_span, job_span = (r["calls"] - 1) / r["bare_rps_sustained"], (r["calls"] - 1) / r["job_rps_sustained"]
+        print(f"| {r['method']} | {r['dialogues']} x {r['turns']} | {bare_span:.2f} | {job_span:.2f} | "
+              f"{r['ratio_sustained']:.2f} | {r['job_wall_s']:.1f} | {r['ratio_total']:.2f} | "
+              f"{r['bare_cpu_ms_per_call']:.1f} / {r['job_cpu_ms_per_call']:.1f} | {r['driver_peak_rss_mb']:.0f} MB |")
 
 
 if __name__ == "__main__":

@@ -18,12 +18,14 @@ import pandas as pd
 from benchmarks.gpu_model import write_model_dir
 from benchmarks.gpu_serve import REPO, Plan, percentile
 from cluster.config import ClusterConfig
+from jobs.config import PromptConfig
+from jobs.core.configfiles import load_group
 from jobs.generate import render_user
 from jobs.core.modelconfig import ModelConfig
 from serving.deploy import ServingConfig
 
 MODEL = "bench-llama-8b-dummy"
-PROMPT = REPO / "conf" / "mentalbench" / "responder_prompt.txt"
+PROMPT = "mentalbench_responder"  # conf/prompt/: the responder prompt MentalBench generates with
 QUESTIONS = REPO / "data" / "demo" / "counselchat_demo.csv"
 
 
@@ -61,7 +63,7 @@ def mentalbench_contexts(n: int) -> list[str]:
 def mentalbench_messages(n: int) -> list[list[dict[str, str]]]:
     """The chat messages of `n` MentalBench generations, as the generate job renders them
     (the responder prompt as the user turn, no system prompt)."""
-    template = PROMPT.read_text(encoding="utf-8")
+    template = load_group("prompt", PROMPT, PromptConfig).user_text()
     return [[{"role": "user", "content": render_user(template, c)}] for c in mentalbench_contexts(n)]
 
 
@@ -129,7 +131,7 @@ def part_b(plan: Plan, endpoint) -> dict[str, Any]:
     from jobs.stage import endpoints_to_spec
     from jobs.core.store import TableStore
 
-    template = PROMPT.read_text(encoding="utf-8")
+    template = load_group("prompt", PROMPT, PromptConfig).user_text()
     contexts = mentalbench_contexts(plan.prompts)
     rows = pd.DataFrame({"context_id": [str(i) for i in range(len(contexts))], "context": contexts, "model": MODEL})
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,144 +1,104 @@
-"""Throughput of the model-call stage vs a plain asyncio loop, side by side, in one run.
+"""`python -m jobs.generate` against the bare client, on the same endpoint, the same calls.
 
-    python -m benchmarks.throughput                      # 20,000 requests at 64 and at 256
-    python -m benchmarks.throughput --requests 2000 --concurrency 64
+    python -m benchmarks.throughput                        # 20,000 calls at concurrency 64 and 256
+    python -m benchmarks.throughput --requests 4000 --concurrency 64 --memory-rows
+    python -m benchmarks.throughput --memory-only --memory-rows 5000 20000 100000   # driver memory by rows
 
-Both sides call the same loopback OpenAI-compatible fake that answers after a fixed 100 ms:
-- `loop`: `requests` calls of `openai.AsyncOpenAI` under an `asyncio.Semaphore(concurrency)`;
-- `job`:  the generate job's machinery (Ray Data + `GenerateStage` + `ChatClient` + Parquet
-  writes) on an embedded local Ray cluster, with the model's concurrency limit = `concurrency`.
-Sustained rate for the job = rows / (time from the first to the last row written), so Ray's
-start-up is reported separately and not counted. Results are appended to
-`docs/benchmarks/throughput.json` and printed as a Markdown table.
+For each concurrency: the generate job as a user runs it (its default config, the CLI in a
+subprocess: Hydra, an embedded Ray cluster, Ray Data, the row sink, Parquet) over a CSV of
+`requests` contexts, with one model, `bench`, at that concurrency limit: a loopback
+OpenAI-compatible endpoint answering every call after 100 ms (`benchmarks.endpoint`, its own
+process). Then the bare loop (`benchmarks.bareloop`) sends the very requests the job sent,
+with nothing but `openai` and asyncio under the same limit. Printed and appended to
+`docs/benchmarks/throughput.json`: both ratios (sustained: first to last answer; total: the
+whole command, start-up included; see `benchmarks.harness`) and the job driver's peak RSS, also
+for `--memory-rows` runs of the job alone (flat memory: it must not grow with the rows).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import platform
 import tempfile
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
-from tests.fakes.openai_server import FakeServer
+from benchmarks.endpoint import Endpoint
+from benchmarks.harness import MODEL, REPO, compare, created_span, machine, run_bare, run_cli, save, write_model_dir
 
-REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "benchmarks" / "throughput.json"
 
 
-async def plain_loop(base_url: str, n: int, concurrency: int) -> float:
-    import httpx2
-    import openai
-
-    client = openai.AsyncOpenAI(
-        base_url=base_url,
-        api_key="x",
-        max_retries=0,
-        http_client=openai.DefaultAsyncHttpxClient(
-            limits=httpx2.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
-        ),
-    )
-    sem = asyncio.Semaphore(concurrency)
-    errors = 0
-
-    async def one(i: int) -> None:
-        nonlocal errors
-        async with sem:
-            try:
-                await client.chat.completions.create(
-                    model="fake", messages=[{"role": "user", "content": f"context {i}"}], max_tokens=16
-                )
-            except Exception:
-                errors += 1
-
-    started = time.perf_counter()
-    await asyncio.gather(*(one(i) for i in range(n)))
-    elapsed = time.perf_counter() - started
-    await client.close()
-    if errors:
-        raise RuntimeError(f"plain loop had {errors} errors")
-    return n / elapsed
+def write_contexts(path: Path, n: int) -> Path:
+    texts = [f"I have been feeling low for {i % 97 + 2} days. I cannot sleep, I stopped seeing my friends and "
+             f"work feels pointless. What can I do to feel like myself again? (#{i})" for i in range(n)]
+    pd.DataFrame({"id": [f"c{i:06d}" for i in range(n)], "text": texts}).to_csv(path, index=False)
+    return path
 
 
-def job(base_url: str, n: int, concurrency: int, rows_per_task: int | None = None) -> dict:
-    from cluster.config import ClusterConfig
-    from cluster.connect import connect
-    from jobs.runner import run_stage
-    from jobs.core.schemas import RESPONSES
-    from jobs.generate import GenerateStage
-    from jobs.stage import endpoints_to_spec
-    from jobs.core.store import TableStore
-    from serving.client import Endpoint
-    from jobs.core.modelconfig import ModelConfig
+def generate_overrides(models: Path, csv: Path, run_dir: Path) -> list[str]:
+    """The default config (conf/generate.yaml), pointed at the endpoint and at the CSV."""
+    return [f"hydra.searchpath=[file://{models}]", f"models=[{MODEL}]", f"run_dir={run_dir}",
+            f"dataset.path={csv}", "dataset.name=bench", "dataset.columns.id=id", "dataset.columns.context=text",
+            "dataset.columns.human_response=null", "dataset.limit=null"]
 
-    connect(ClusterConfig())
-    model = ModelConfig(
-        name="fake", display_name="fake", family="fake", provider="openai", source="fake",
-        locality="external", base_url=base_url, concurrency=concurrency, timeout_s=30,
-    )
-    rows = pd.DataFrame(
-        {"context_id": [str(i) for i in range(n)], "context": [f"context {i}" for i in range(n)], "model": "fake"}
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        store = TableStore(tmp, RESPONSES, writer=True)
-        started = time.perf_counter()
-        counts = run_stage(
-            rows, GenerateStage,
-            dict(endpoints=endpoints_to_spec({"fake": Endpoint(model, base_url)}), concurrency_share=1.0,
-                 sensitivity="public", system=None, user_template="{context}",
-                 prompt_version="bench", generation_overrides={"max_tokens": 16}, dataset="bench", run_id="bench"),
-            store, workers=1, worker_num_cpus=0.25, rows_in_flight=concurrency,
-            rows_per_task=rows_per_task or concurrency, flush_every_s=2.0, desc=f"job c={concurrency}",
-        )
-        total = time.perf_counter() - started
-        df = store.read()
-    if counts["ok"] != n or len(df) != n:
-        raise RuntimeError(f"job wrote {len(df)} rows, {counts['ok']} ok, expected {n}")
-    created = pd.to_datetime(df["created_at"])
-    # Sustained: between the first and the last completed call (the rows' own timestamps), so
-    # the actor start-up and the first-batch ramp are not counted.
-    span = (created.max() - created.min()).total_seconds()
-    return {"rps_total": n / total, "rps_sustained": (n - 1) / span if span > 0 else float("nan"),
-            "wall_s": total}
+
+def job(tmp: Path, n: int, concurrency: int, latency: float, with_bare: bool) -> dict:
+    csv = write_contexts(tmp / "contexts.csv", n)
+    record = tmp / "requests.jsonl"
+    with Endpoint(latency=latency, record=record) as ep:
+        models = write_model_dir(tmp / "conf", ep.base_url, concurrency)
+        run = run_cli("jobs.generate", generate_overrides(models, csv, tmp / "run"), tmp / "generate.log")
+        sent = ep.stats()["requests"]
+        rows, ok, span = created_span(tmp / "run" / "responses")
+        if not rows == ok == sent == n:
+            raise RuntimeError(f"generate: {rows} rows, {ok} ok, {sent} requests; expected {n} ({tmp / 'generate.log'})")
+        if not with_bare:
+            return {"calls": n, "job_wall_s": round(run["wall_s"], 2), "job_rps_sustained": round((n - 1) / span, 1),
+                    "driver_peak_rss_mb": run["driver_peak_rss_mb"]}
+        bare = run_bare(ep.base_url, record, concurrency)
+    return compare(n, run, span, bare)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--requests", type=int, default=20_000)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--latency", type=float, default=0.1)
-    ap.add_argument("--rows-per-task", type=int, default=None, help="default: the concurrency")
+    ap.add_argument("--memory-rows", type=int, nargs="*", default=[5000],
+                    help="also run the job alone at these row counts (at the first concurrency) for its memory")
+    ap.add_argument("--memory-only", action="store_true", help="only the --memory-rows runs, no comparison")
+    ap.add_argument("--no-save", action="store_true", help="print only; do not append to the JSON")
     args = ap.parse_args()
 
-    from cluster.config import ClusterConfig
-    from cluster.connect import connect
-
-    # Ray is up (idle) while the plain loop runs too, so both sides share the same background.
-    connect(ClusterConfig())
-    results = []
-    with FakeServer(latency=args.latency, log=False) as server:
-        for c in args.concurrency:
-            loop_rps = asyncio.run(plain_loop(server.base_url, args.requests, c))
-            j = job(server.base_url, args.requests, c, args.rows_per_task)
-            results.append({"concurrency": c, "requests": args.requests, "latency_s": args.latency,
-                            "loop_rps": loop_rps, **{f"job_{k}": v for k, v in j.items()},
-                            "ratio_sustained": j["rps_sustained"] / loop_rps,
-                            "ratio_total": j["rps_total"] / loop_rps})
-    record = {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs", "results": results}
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    history = json.loads(OUT.read_text()) if OUT.exists() else []
-    OUT.write_text(json.dumps(history + [record], indent=1))
-    print("| concurrency | requests | plain loop req/s | job req/s (sustained) | job req/s (incl. start) | ratio (sustained) |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for r in results:
-        print(f"| {r['concurrency']} | {r['requests']} | {r['loop_rps']:.0f} | {r['job_rps_sustained']:.0f} | "
-              f"{r['job_rps_total']:.0f} | {r['ratio_sustained']:.2f} |")
+    record = {**machine(), "latency_s": args.latency, "results": [], "memory": []}
+    for c in [] if args.memory_only else args.concurrency:
+        with tempfile.TemporaryDirectory() as tmp:
+            r = {"concurrency": c, **job(Path(tmp), args.requests, c, args.latency, with_bare=True)}
+        record["results"].append(r)
+        print(f"c={c}: sustained {r['ratio_sustained']:.2f}, total {r['ratio_total']:.2f} of the bare loop", flush=True)
+    memory = [{"rows": args.requests, "driver_peak_rss_mb": r["driver_peak_rss_mb"]} for r in record["results"][:1]]
+    for n in args.memory_rows:
+        if n == args.requests and memory:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            m = job(Path(tmp), n, args.concurrency[0], args.latency, with_bare=False)
+        memory.append({"rows": n, "driver_peak_rss_mb": m["driver_peak_rss_mb"], "job_wall_s": m["job_wall_s"]})
+    record["memory"] = sorted(memory, key=lambda m: m["rows"])
+    if not args.no_save:
+        save(OUT, record)
+    print(f"\n{record['machine']}, load average {record['load_avg_1m_at_start']} at start; "
+          f"endpoint answers after {args.latency * 1000:.0f} ms")
+    print("| concurrency | calls | bare loop req/s | job req/s (sustained) | job req/s (total) | ratio sustained "
+          "| ratio total | CPU ms/call bare / job | driver peak RSS |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in record["results"]:
+        print(f"| {r['concurrency']} | {r['calls']:,} | {r['bare_rps_sustained']:.0f} | {r['job_rps_sustained']:.0f} | "
+              f"{r['job_rps_total']:.0f} | {r['ratio_sustained']:.2f} | {r['ratio_total']:.2f} | "
+              f"{r['bare_cpu_ms_per_call']:.1f} / {r['job_cpu_ms_per_call']:.1f} | {r['driver_peak_rss_mb']:.0f} MB |")
+    print("\n| rows | driver peak RSS |\n|---:|---:|")
+    for m in record["memory"]:
+        print(f"| {m['rows']:,} | {m['driver_peak_rss_mb']:.0f} MB |")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from jobs.core.preflight import FailureSummary, context_window, summarize, too_l
 from jobs.core.rundir import check_writable, file_fingerprint, record_inputs
 from jobs.runner import plan_text, run_model_stage
 from jobs.core.callfields import call_fields, generation_fields
-from jobs.core.schemas import CONTEXTS, HUMAN_RESPONDER, RESPONSES, STATUS_ERROR, STATUS_OK
+from jobs.core.schemas import CONTEXTS, HUMAN_RESPONDER, RESPONSES, STATUS_ERROR, STATUS_OK, rows_to_arrow
 from jobs.stage import ChatStage
 from jobs.core.store import TableStore
 from jobs.core.modelconfig import GenerationParams
@@ -113,12 +113,13 @@ def write_contexts(run_dir: Path, contexts: pd.DataFrame, cfg: GenerateConfig) -
     done = {k[0] for k in store.existing_keys()}
     new = contexts[~contexts["context_id"].isin(done)]
     now = datetime.now(timezone.utc)
-    store.append([{
+    store.append(rows_to_arrow(CONTEXTS, [{
         "context_id": cid, "source": cfg.dataset.name, "source_id": cid, "sensitivity": cfg.dataset.sensitivity,
-        "context": ctx, "human_response": human, "context_words": len(ctx.split()),
+        "context": ctx, "human_response": human if isinstance(human, str) else None,
+        "context_words": len(ctx.split()),
         "response_words": len(human.split()) if isinstance(human, str) else None,
         "status": STATUS_OK, "run_id": run_dir.name, "created_at": now,
-    } for cid, ctx, human in zip(new["context_id"], new["context"], new["human_response"])])
+    } for cid, ctx, human in zip(new["context_id"], new["context"], new["human_response"])]))
     return len(new)
 
 

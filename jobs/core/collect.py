@@ -2,11 +2,12 @@
 
 Ray Data hands a block back only when its last row is done, so rows answered early in a block
 would wait for its slowest row, and an interrupted run would throw them away with the block.
-Instead each worker puts every finished row (all output rows of one input row together) into a
-`RowSink` actor the moment it is done; the driver's `Collector` takes them every half second,
-counts them for the progress bar and the failure summary, and writes a part every
-`flush_every_s`. On Ctrl-C or SIGTERM (Ray's job stop, a pod's shutdown) the driver takes what
-the sink holds, writes it, and stops: only calls still unanswered are sent again on resume.
+Instead each worker puts its finished rows into a `RowSink` actor in batches, one Arrow table at
+least every half second (`jobs.stage.ChatStage`: no remote call per row); the driver's
+`Collector` takes them every half second, counts them for the progress bar and the failure
+summary, and writes a part every `flush_every_s`. On Ctrl-C or SIGTERM (Ray's job stop, a pod's shutdown) the driver takes what
+the sink holds, writes it, and stops: only calls unanswered, or answered in the last half second
+(still in their worker), are sent again on resume.
 
 A part that cannot be written keeps its rows in memory and is tried again at the next flush; at
 the end, rows that still could not be written go to `jobs.core.store.rescue`, never dropped.
@@ -123,7 +124,7 @@ class Collector:
         return self.add(ray.get(self.sink.take.remote(), timeout=timeout))
 
     def add(self, tables: list[pa.Table]) -> int:
-        """Count finished rows (one table per input row) and keep them for the next flush."""
+        """Count finished rows (tables of whole input rows' output) and keep them for the next flush."""
         tables = [t for t in tables if t.num_rows]
         n_rows = 0
         for t in tables:

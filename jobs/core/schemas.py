@@ -113,7 +113,7 @@ def rows_to_arrow(table: Table, rows: Any) -> pa.Table:
         for i, row in enumerate(rows):
             new = row.keys() - seen
             if new:
-                _unknown(table, sorted(new), f"row {i}")
+                _unknown(table, sorted(new), f"row {i}: {_row_key(table, row)}")
                 seen |= new
         for name in table.required:
             nulls = sum(1 for row in rows if row.get(name) is None)
@@ -134,6 +134,10 @@ def rows_to_arrow(table: Table, rows: Any) -> pa.Table:
             raise TableColumnError(f"table {table.name!r}: required column {name!r} is missing or null in "
                                    f"{nulls} of {out.num_rows} row(s)")
     return out
+
+
+def _row_key(table: Table, row: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={row.get(k)!r}" for k in table.key)
 
 
 CALL_FIELDS = [

@@ -16,6 +16,7 @@ import logging
 import time
 from typing import Any
 
+from jobs.core.schemas import rows_to_arrow
 from jobs.core.store import TableStore
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,8 @@ class TurnWriter:
     def flush(self) -> None:
         """Write what is pending as one part (synchronously: a small file, milliseconds)."""
         if self.pending:
-            self.store.append(self.pending)  # raises before anything is forgotten
+            # Built without pandas; raises before anything is forgotten.
+            self.store.append(rows_to_arrow(self.store.table, self.pending))
             self.pending = []
             self.parts += 1
         self._last = time.monotonic()

@@ -12,6 +12,7 @@ core (`jobs/core/`) -> serving, cluster -> shared jobs -> methods -> pipeline; a
 - no import circle among the project's modules, and no import of a project module inside a
   function (which is how circles hide), except the engines that pull in heavy optional
   dependencies (llama.cpp, vLLM).
+- `benchmarks/` import nothing from `tests/`.
 """
 
 from __future__ import annotations
@@ -220,3 +221,11 @@ def test_modules_stay_small():
     big = [f"{p.relative_to(ROOT)}: {n}" for top in ("jobs", "analysis", "serving", "cluster")
            for p in modules(top) if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400]
     assert not big, big
+
+
+def test_benchmarks_import_nothing_from_tests():
+    """Benchmarks are run from a user's checkout (`make bench`): what they need lives in
+    `benchmarks/` (the loopback endpoint, the bare loop), never in `tests/` (issue 22)."""
+    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in modules("benchmarks") for m in imports(p)
+           if m.split(".")[0] == "tests"]
+    assert not bad, bad

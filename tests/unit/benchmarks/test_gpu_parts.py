@@ -11,6 +11,7 @@ from benchmarks.gpu_parts import (
 )
 from benchmarks.gpu_serve import Plan
 from serving.vllm_app import build_llm_config, engine_arg_names, llm_config_kwargs, unknown_engine_args
+from tests.conftest import ROOT
 
 
 def test_model_file_is_valid_for_the_pinned_vllm_and_ray():
@@ -32,7 +33,9 @@ def test_model_file_is_valid_for_the_pinned_vllm_and_ray():
 
 
 def test_mentalbench_prompts_are_distinct_and_use_the_responder_prompt():
-    head = PROMPT.read_text().split("{user_concern}")[0]
+    released = (ROOT / "conf" / "mentalbench" / "responder_prompt.txt").read_text()  # the prompt file PROMPT names
+    head = released.split("{user_concern}")[0]
+    assert PROMPT == "mentalbench_responder"
     msgs = mentalbench_messages(60)
     texts = [m[0]["content"] for m in msgs]
     assert len(set(texts)) == 60 and all(t.startswith(head) for t in texts)

@@ -40,3 +40,19 @@ def test_counts_carry_the_failure_reasons_and_a_pair_counter_gets_them_too():
     n, ok = counted  # a method's code that unpacks a pair keeps working
     pair = _with_reasons(lambda b: (1, 0))(batch)
     assert isinstance(pair, Counted) and tuple(pair) == (1, 0) and sum(pair.failures.counts.values()) == 2
+
+
+def test_blocks_are_arrow_tables_built_in_the_driver_and_frames_when_a_column_mixes_types():
+    """`ray.data.from_pandas` converted the frames in Ray tasks: ~3 s of start-up waiting for a
+    worker (issue 22). Blocks are Arrow tables now, of `rows_per_task` rows, the last one shorter."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from jobs.runner import _chunks
+
+    rows = pd.DataFrame({"context_id": [f"c{i}" for i in range(7)], "n": range(7)}).iloc[2:]  # an offset index
+    chunks = _chunks(rows, 2)
+    assert all(isinstance(c, pa.Table) for c in chunks) and [c.num_rows for c in chunks] == [2, 2, 1]
+    assert [r["context_id"] for c in chunks for r in c.to_pylist()] == ["c2", "c3", "c4", "c5", "c6"]
+    mixed = _chunks(pd.DataFrame({"x": [1, "a", None]}), 2)
+    assert all(isinstance(c, pd.DataFrame) for c in mixed) and [len(c) for c in mixed] == [2, 1]

@@ -1,0 +1,130 @@
+"""`jobs.stage.ChatStage` with a sink (issue 22, item 1): finished rows reach the sink in
+batches, not one remote call per row, and never wait for the slowest row of their block."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from jobs.core.schemas import RESPONSES, STATUS_ERROR
+from jobs.stage import ChatStage
+
+
+class _Put:
+    def __init__(self, sink: "_Sink"):
+        self.sink = sink
+
+    def remote(self, table: pa.Table):  # what `sink.put.remote(table)` is on a Ray actor: awaitable
+        self.sink.tables.append(table)
+        self.sink.changed.set()
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
+
+class _Sink:
+    def __init__(self):
+        self.tables: list[pa.Table] = []
+        self.changed = asyncio.Event()
+        self.put = _Put(self)
+
+    def ids(self) -> list[str]:
+        return [i for t in self.tables for i in t.column("context_id").to_pylist()]
+
+
+class _Stage(ChatStage):
+    table = RESPONSES
+
+    def __init__(self, gates: dict[str, asyncio.Event] | None = None, extra: set[str] = frozenset()):
+        super().__init__({}, 1.0, "public")
+        self.gates = gates or {}
+        self.extra = extra
+
+    async def process_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        if row["context_id"] in self.gates:
+            await self.gates[row["context_id"]].wait()
+        out = {"context_id": row["context_id"], "model": "m", "status": "ok", "response": f"a{row['context_id']}"}
+        if row["context_id"] in self.extra:
+            out["respnse"] = "misspelt"  # a stage bug: a column the table does not have
+        return out
+
+
+def _batch(ids) -> pd.DataFrame:
+    return pd.DataFrame({"context_id": [str(i) for i in ids], "model": "m"})
+
+
+def _run(coro):
+    return asyncio.run(asyncio.wait_for(coro, timeout=30))
+
+
+def test_rows_reach_the_sink_in_batches_bounded_by_a_row_count():
+    """Before: one one-row frame and one remote call per finished row (CPU-bound at ~140 rows/s)."""
+    async def go():
+        stage = _Stage()
+        stage.sink, stage.sink_rows, stage.sink_every_s = _Sink(), 10, 3600.0
+        out = await stage(_batch(range(25)))
+        return stage.sink, out
+
+    sink, out = _run(go())
+    assert out.num_rows == 0 and out.schema == RESPONSES.schema  # the rows went to the sink
+    assert [t.num_rows for t in sink.tables] == [10, 10, 5]  # 5: the worker's last block ended
+    assert sorted(sink.ids(), key=int) == [str(i) for i in range(25)]
+    assert all(t.schema == RESPONSES.schema for t in sink.tables)
+
+
+def test_a_finished_row_does_not_wait_for_the_slowest_row_of_its_block():
+    """Row 0 is held until the sink has rows 1-3: they must get there on the timer, while their
+    block is still open (before: rows answered early waited for their block, or went one by one)."""
+    async def go():
+        gate = asyncio.Event()
+        stage = _Stage(gates={"0": gate})
+        stage.sink, stage.sink_every_s = _Sink(), 0.01
+        call = asyncio.ensure_future(stage(_batch(range(4))))
+        while sorted(stage.sink.ids()) != ["1", "2", "3"]:
+            stage.sink.changed.clear()
+            await stage.sink.changed.wait()
+        assert not call.done() and len(stage.sink.tables) == 1  # one put for the three
+        gate.set()
+        await call
+        return stage.sink
+
+    sink = _run(go())
+    assert sink.ids()[-1] == "0" and len(sink.ids()) == 4
+
+
+def test_blocks_of_one_worker_share_puts_and_the_last_block_puts_the_rest():
+    async def go():
+        gates = {"5": asyncio.Event()}
+        stage = _Stage(gates=gates)
+        stage.sink, stage.sink_every_s = _Sink(), 3600.0
+        slow = asyncio.ensure_future(stage(_batch(range(5, 8))))
+        await stage(_batch(range(5)))  # ends while the other block is open: nothing put yet
+        assert stage.sink.tables == []
+        gates["5"].set()
+        await slow
+        return stage.sink
+
+    sink = _run(go())
+    assert len(sink.tables) == 1 and sorted(sink.ids(), key=int) == [str(i) for i in range(8)]
+
+
+def test_a_row_that_does_not_fit_the_table_is_a_failed_row_and_its_batch_is_kept():
+    async def go():
+        stage = _Stage(extra={"2"})
+        stage.sink = _Sink()
+        await stage(_batch(range(4)))
+        return stage.sink
+
+    sink = _run(go())
+    df = pa.concat_tables(sink.tables).to_pandas().set_index("context_id")
+    assert sorted(df.index) == ["0", "1", "2", "3"]
+    assert df.loc["2", "status"] == STATUS_ERROR and "no column 'respnse'" in df.loc["2", "error"]
+    assert (df.drop(index="2")["response"] == ["a0", "a1", "a3"]).all()
+
+
+def test_without_a_sink_the_block_carries_the_rows():
+    out = _run(_Stage()(_batch(range(3))))
+    assert out.column("context_id").to_pylist() == ["0", "1", "2"] and out.schema == RESPONSES.schema
