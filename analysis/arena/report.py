@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 
 from analysis import figures
 from analysis.arena import agreement as ag
+from analysis.arena import report_table2 as rt2
 from analysis.arena import tables as tb
 from analysis.arena.data import (
     CARDS_DIR, COUNSELOR, ITERATION, ITERATIONS_DIR, LOWEST_ITEMS, OVERALL, RANKINGS_DIR, SESSIONS_DIR, VARIANT,
@@ -120,15 +121,16 @@ def _sessions(w: ReportWriter, sessions: pd.DataFrame | None, frame: pd.DataFram
             "parse_error: no readable value; error: the evaluator's call failed.")
 
 
-def _table2(w: ReportWriter, frame: pd.DataFrame, rubrics) -> None:
+def _table2(w: ReportWriter, frame: pd.DataFrame, rubrics, scores: pd.DataFrame, sessions) -> None:
     sec = w.section("table2", "Table 2. Mean scores and pass rates per counselor, vanilla vs psycho")
     t2 = tb.table2(frame, rubrics)
     if t2.empty:
         w.missing(sec, "No iteration-0 session in this run: no Table 2.")
         return
+    rt2.table2_printed_part(w, sec, frame, rubrics, scores)
     w.file_only(t2, "table2_long", "Table 2 (one row per counselor and variant)", digits=3)
-    w.table(sec, tb.side_by_side(t2, drop=("n_evaluated", "n_overall")), "table2", "Table 2. Iteration 0: mean total and pass rate per scale, overall "
-            "pass rate, per counselor and prompt variant",
+    w.table(sec, tb.side_by_side(t2, drop=("n_evaluated", "n_overall")), "table2", "Table 2 (totals). Iteration 0: mean total and pass rate per scale, "
+            "overall pass rate, per counselor and prompt variant",
             "n_sessions: iteration-0 sessions run (tables/table2_long.csv adds n_evaluated, all three scales "
             "valid, and n_overall, the sessions whose three passes are known). &lt;role&gt;_mean: mean total over "
             "the sessions where it is valid; pass rates are shares (0-1) of the sessions whose pass is known.",
@@ -140,6 +142,7 @@ def _table2(w: ReportWriter, frame: pd.DataFrame, rubrics) -> None:
         w.figure(sec, figures.grouped_bars(rates, w.figures_dir / "table2_pass_rates.png",
                                            "Pass rate per scale at iteration 0", "pass rate", zero_line=False),
                  "Figure. Pass rate per scale and overall (groups), one bar per counselor/variant.")
+    rt2.evaluators_part(w, sec, scores, sessions, rubrics)
 
 
 def _items(w: ReportWriter, items: pd.DataFrame, frame: pd.DataFrame) -> None:
@@ -209,6 +212,7 @@ def _optimization(w: ReportWriter, frame: pd.DataFrame, items: pd.DataFrame, rub
     overall = tb.iteration_curves(per, OVERALL)
     overall["all chains"] = pooled[pooled[tb.MEASURE] == OVERALL].set_index(ITERATION)["pass_rate"]
     n = pooled[pooled[tb.MEASURE] == OVERALL].set_index(ITERATION)[tb.N].rename("n chains (all)")
+    rt2.figure4_wilson_part(w, sec, per)
     w.table(sec, overall.join(n), "figure4_overall", "Figure 4. Overall pass rate after each optimization iteration",
             "Each chain (card x counselor x variant) counts its latest evaluated session up to iteration k; "
             "iteration 0 is before any optimization. Per scale: tables/pass_by_iteration.csv.", digits=3)
@@ -233,6 +237,7 @@ def _optimization(w: ReportWriter, frame: pd.DataFrame, items: pd.DataFrame, rub
                 "Mean score of each item and scale total before (iteration 0) and after (last iteration), "
                 "over the optimized chains",
                 "change = after - before; n = chains with the item valid in both sessions.", digits=2)
+    rt2.mcnemar_part(w, sec, frame)
     w.file_only(chains, "optimization_chains", "Each optimized chain: its sessions, totals and passes")
     if iterations is not None and len(iterations):
         fed = iterations.explode(LOWEST_ITEMS)[LOWEST_ITEMS].dropna()
@@ -318,7 +323,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
             _sec_missing(w, sid, title, why)
     else:
         rubrics = found.rubrics
-        _table2(w, frame, rubrics)
+        _table2(w, frame, rubrics, scores, sessions)
         _items(w, items, frame)
         _themes(w, frame, rubrics)
         _optimization(w, frame, items, rubrics, iterations)

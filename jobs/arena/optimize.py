@@ -48,6 +48,7 @@ from jobs.arena import sessions as sessions_step
 from jobs.arena.evaluate import EvaluateConfig
 from jobs.arena.feedback import build_feedback
 from jobs.arena.knowledge import load_knowledge_base
+from jobs.arena.optimize_plan import print_plan
 from jobs.arena.reflect import ReflectStage
 from jobs.arena.schemas import CARDS, ITERATIONS, SESSIONS, SUBJECT_SESSION, session_id
 from jobs.arena.sessions import SessionsConfig
@@ -56,7 +57,7 @@ from jobs.dialogue.engine import render
 from jobs.preflight import FailureSummary, summarize
 from jobs.rubric import Rubric
 from jobs.rundir import check_writable, file_fingerprint, record_inputs
-from jobs.runner import plan_text, run_model_stage
+from jobs.runner import run_model_stage
 from jobs.schemas import SCORES, STATUS_OK
 from jobs.store import TableStore, read_table
 from serving.config import GenerationOverrides
@@ -240,9 +241,7 @@ def run(cfg: OptimizeConfig) -> int:
     if cfg.iterations == 0:
         print("optimize: iterations=0: no optimization", flush=True)
         return 0
-    if not cfg.judges:  # before any reflection: each iteration ends with the three scales
-        raise ConfigError("no judges: the re-run sessions are scored on the supervisor scale too; set "
-                          "judges=[model,...] (model files in conf/model/)")
+    evaluate_step.check_evaluators(cfg)  # before any reflection: each iteration ends with the three scales
     kb = load_knowledge_base(settings.knowledge_base)
     template = read_reflect_prompt(settings.reflect_prompt)
     rubrics = evaluate_step.load_scales(cfg)
@@ -376,50 +375,3 @@ def _after_passes(before: pd.DataFrame, after: pd.DataFrame, k: int) -> int:
     result = b[OVERALL_PASS].fillna(False).astype(bool)
     got = new[OVERALL_PASS].fillna(False).astype(bool).reindex(result.index)
     return int(got.where(got.notna(), result).astype(bool).sum())
-
-
-# --- the plan -------------------------------------------------------------------------------------
-
-
-def planned_chains(cfg: OptimizeConfig, run_dir: Path) -> int | None:
-    """Chains the loop could improve: the run's iteration-0 sessions of this config when written,
-    else its ok cards (or the dataset's limit) x models x variants; None when unknown."""
-    sessions = read_table(run_dir, SESSIONS)
-    if not sessions.empty:
-        s = sessions[sessions["iteration"].astype(int).eq(0) & sessions["counselor"].isin(cfg.models)
-                     & sessions["variant"].isin(cfg.variants)]
-        if len(s):
-            return len(s)
-    cards = read_table(run_dir, CARDS)
-    n_cards = int(cards["status"].eq(STATUS_OK).sum()) if not cards.empty else 0
-    n_cards = n_cards or getattr(getattr(cfg, "dataset", None), "limit", None)
-    return n_cards * len(cfg.models) * len(cfg.variants) if n_cards else None
-
-
-def print_plan(cfg: OptimizeConfig, run_dir: Path, counselors: dict[str, Any]) -> int:
-    """A dry run: at most every chain re-run in every iteration (with `select: failed`, only the
-    sessions that failed are): calls per iteration, then tokens and GPUs per kind of call."""
-    n = planned_chains(cfg, run_dir)
-    if n is None:
-        print("optimize (planned): the run has no cards yet; nothing to plan", flush=True)
-        return 0
-    evaluators = [cfg.client_model, *cfg.judges]
-    per_eval = len(evaluators) + 1  # + the counselor's self-assessment
-    for k in range(1, cfg.iterations + 1):
-        print(f"optimize (planned): iteration {k}: at most {n} session(s) re-run: {n} reflection call(s), "
-              f"{n * cfg.rounds} counselor and {n * cfg.rounds} client turn(s), {n * per_eval} evaluation(s)",
-              flush=True)
-    it = cfg.iterations
-    names = [m for m in cfg.models for _ in range(n // max(1, len(cfg.models)))]
-    blocks = [
-        ("reflections", list(counselors.values()), names * it, cfg.optimize.reflect_generation),
-        ("counselor turns", list(counselors.values()), names * it * cfg.rounds, cfg.generation),
-        ("client turns", [load_model(cfg.client_model)], [cfg.client_model] * n * it * cfg.rounds,
-         cfg.client_generation),
-        ("evaluations", [load_model(e) for e in dict.fromkeys([*evaluators, *cfg.models])],
-         [e for e in evaluators for _ in range(n * it)] + names * it, cfg.judge_generation),
-    ]
-    for what, models, calls, overrides in blocks:
-        print(f"optimize (planned): {what} over {it} iteration(s):", flush=True)
-        print(plan_text(models, pd.DataFrame({"model": calls}), overrides), flush=True)
-    return 0

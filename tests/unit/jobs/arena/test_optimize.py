@@ -430,6 +430,6 @@ def test_no_supervisor_is_a_config_error_before_any_call(tmp_path, conf, fakes):
     from serving.configfiles import ConfigError
 
     run_dir, _, _ = start_run(tmp_path)
-    with pytest.raises(ConfigError, match="judges"):
+    with pytest.raises(ConfigError, match="no evaluator"):
         optimize.run(config(run_dir, judges=[]))
     assert fakes.reflected == []
