@@ -109,7 +109,12 @@ ITERATIONS = Table(
             pa.field("iteration", pa.int32()),
             pa.field("lowest_items", pa.list_(pa.string())),  # "<scale>.<item>" fed back
             pa.field("methods", pa.list_(pa.string())),       # knowledge-base methods cited
-            pa.field("feedback", pa.string()),
+            pa.field("feedback", pa.string()),                # what the counselor read (written by a model or the template)
+            pa.field("feedback_items", pa.string()),          # the material: items, anchors, scores, explanations
+            pa.field("feedback_model", pa.string()),          # the model that wrote `feedback`; null: the template
+            pa.field("feedback_prompt_tokens", pa.int64()),
+            pa.field("feedback_completion_tokens", pa.int64()),
+            pa.field("feedback_latency_s", pa.float64()),
             pa.field("reflection", pa.string()),
             pa.field("revised_prompt", pa.string()),          # the counselor's rewritten prompt
             pa.field("raw", pa.string()),

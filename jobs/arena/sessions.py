@@ -76,6 +76,10 @@ class SessionsConfig(ArenaRunConfig):
     counselor_turn: str = Field(
         "arena/counselor_turn.txt", description="The counselor's user message each turn (`{history}`, `{round}`, `{rounds}`)."
     )
+    counselor_turns: dict[str, str] = Field(
+        default_factory=lambda: {"vanilla": "arena/counselor_turn_vanilla.txt"},
+        description="Variant -> its own per-turn message, where it differs from `counselor_turn` (the paper gives "
+        "the vanilla counselor no guidance: its message names no counselor role).")
     client_prompt: str = Field(
         "arena/client.txt",
         description="The client simulator's user message each turn (`{card}`, `{phase_instruction}`, `{history}`, "
@@ -226,7 +230,8 @@ def build_specs(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsConf
     """
     rules = session_rules(cfg, load_phases(cfg.phases, cfg.rounds))
     client_template = _read_text(cfg.client_prompt, "client_prompt")
-    counselor_template = _read_text(cfg.counselor_turn, "counselor_turn")
+    turn_refs = {p.variant: cfg.counselor_turns.get(p.variant, cfg.counselor_turn) for p in plans}
+    turn_templates = {v: _read_text(ref, f"counselor_turn of variant {v!r}") for v, ref in turn_refs.items()}
     by_id = _card_lookup(cards)
     specs, sensitivities = [], []
     for plan in plans:
@@ -240,7 +245,7 @@ def build_specs(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsConf
             agents=[AgentSpec(role=CLIENT, label=LABELS[CLIENT], model=cfg.client_model, template=client_template,
                               generation=cfg.client_generation.as_dict()),
                     AgentSpec(role=COUNSELOR, label=LABELS[COUNSELOR], model=plan.counselor,
-                              system=plan.counselor_prompt, template=counselor_template,
+                              system=plan.counselor_prompt, template=turn_templates[plan.variant],
                               generation=cfg.generation.as_dict())],
             rules=rules, tested_role=COUNSELOR, variant=plan.variant, prompt_version=cfg.prompt_version,
             fields={"card": card["rendered"], "rounds": str(cfg.rounds), "theme": _text(card.get("theme")),
@@ -326,6 +331,7 @@ def _sha256(ref: str, what: str) -> str:
 def _decides(cfg: SessionsConfig, variants: Iterable[str]) -> dict[str, Any]:
     """What decides the sessions' rows: the prompt version, the rounds, and every prompt file's bytes."""
     files = {"phases": cfg.phases, "counselor_turn": cfg.counselor_turn, "client_prompt": cfg.client_prompt,
+             **{f"counselor_turns.{v}": cfg.counselor_turns[v] for v in variants if v in cfg.counselor_turns},
              **{f"counselor_prompts.{v}": cfg.counselor_prompts[v] for v in variants if v in cfg.counselor_prompts}}
     return {"prompt_version": cfg.prompt_version, "rounds": cfg.rounds,
             **{f"{k} sha256": _sha256(ref, k) for k, ref in files.items()}}

@@ -35,6 +35,7 @@ from tests.conftest import write_model_dir
 from tests.unit.jobs.sqpsych.judging_helpers import RUN
 
 COUNSELOR, CLIENT, SUPERVISOR = "counselor-a", "client-sim", "sup-1"
+WRITTEN = "You moved to advice before the client felt heard; reflect her words first."
 GOOD = json.dumps({"reflection": "I advised too early.", "revised_prompt": "Listen first; reflect feelings."})
 
 # Three toy scales (the real files are other helpers'; the loop only needs their shape). Item
@@ -282,15 +283,19 @@ class Fakes:
         self.reflected: list[str] = []
         self.ran: list[str] = []
         self.evaluated: list[set] = []
+        self.sent: list[tuple] = []
 
     def run_model_stage(self, rows, models, stage_cls, stage_kwargs, store, *, sensitivity, run, desc, counter=None):
-        assert stage_cls is ReflectStage and {m.name for m in models} == set(rows["counselor"])
+        assert stage_cls is ReflectStage and {m.name for m in models} >= set(rows["counselor"])
         self.reflected += list(rows["session_id"])
         answers = {sid: ChatResult(status=STATUS_OK, content=self.answer, attempts=1) for sid in rows["session_id"]}
         stage = ReflectStage(endpoints_to_spec({m.name: Endpoint(m, m.base_url) for m in models}), 1.0, sensitivity,
                              **stage_kwargs)
 
         async def chat(model, messages, params, *, response_format, sensitivity, request_key):
+            self.sent.append((model, request_key, messages[-1]["content"]))
+            if request_key.endswith("#feedback"):
+                return ChatResult(status=STATUS_OK, content=WRITTEN, attempts=1, prompt_tokens=70, completion_tokens=9)
             return answers[request_key.split("#")[0]]
 
         stage.client.chat = chat
@@ -345,7 +350,13 @@ def test_an_iteration_improves_the_failed_session_and_the_loop_stops_when_all_pa
     it = read_table(run_dir, ITERATIONS).set_index("session_id").loc[new]
     assert it["parent_session_id"] == s1 and it["status"] == STATUS_OK and it["iteration"] == 1
     assert list(it["lowest_items"]) == ["client.empathy", "client.trust", "client.hope"]
-    assert len(it["methods"]) == 2 and "The empathy of the session." in it["feedback"]
+    # the feedback is written by the evaluator (sup-1) from the items, anchors and transcript
+    assert len(it["methods"]) == 2 and "The empathy of the session." in it["feedback_items"]
+    assert it["feedback"] == WRITTEN and it["feedback_model"] == SUPERVISOR
+    assert (it["feedback_prompt_tokens"], it["feedback_completion_tokens"]) == (70, 9)
+    (writer, _, asked), (counselor, _, reflect) = [x for x in fakes.sent if x[1].startswith("c1|")]
+    assert writer == SUPERVISOR and "The empathy of the session." in asked and "Client: client says" in asked
+    assert counselor == COUNSELOR and WRITTEN in reflect and "The empathy of the session." not in reflect
     session = read_table(run_dir, SESSIONS).set_index("session_id").loc[new]
     assert session["counselor_prompt"] == "Listen first; reflect feelings." and session["parent_session_id"] == s1
 

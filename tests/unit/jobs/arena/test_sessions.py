@@ -172,6 +172,8 @@ def test_specs_carry_the_card_the_agents_and_rules_of_a_fixed_length_session(tmp
     assert "{phase_instruction}" in client.template and client.generation == {"temperature": 0.9}
     assert (counselor.role, counselor.label, counselor.model) == ("counselor", "Counselor", "m1")
     assert counselor.system == "You are a helpful assistant." and counselor.generation == {"temperature": 0.2}
+    # the vanilla counselor gets no counselor role from its per-turn message either (the paper)
+    assert "counselor" not in counselor.template.lower() and "{history}" in counselor.template
     assert s.tested_role == "counselor" and s.variant == "vanilla" and s.context_id == "c1"
     assert s.fields == {"card": f"Card c1: 34, teacher; {SECRET}.", "rounds": "25", "theme": "emotion",
                         "topic": "insomnia"}
