@@ -20,7 +20,7 @@ from jobs.dialogue.engine import render
 from jobs.rubric import Rubric
 from jobs.schemas import STATUS_OK
 
-__all__ = ["CHAIN", "after_passes", "chain_states", "pass_counts", "plan_reflections", "select_parents"]
+__all__ = ["CHAIN", "NO_METHODS", "after_passes", "chain_states", "pass_counts", "plan_reflections", "select_parents"]
 
 CHAIN = ("card_id", "counselor", "variant")
 NO_METHODS = "(no method suggested)"
@@ -94,7 +94,7 @@ def plan_reflections(parents: pd.DataFrame, k: int, scores: pd.DataFrame, rubric
     a parent that recorded none. `writer` = (feedback model, its prompt template): the row asks
     that model to write the feedback (`feedback_prompt`) and the reflect prompt holds
     `FEEDBACK_SLOT` for it; None: the material is the feedback."""
-    cols = [*ReflectStage.PLAN_FIELDS, "feedback_prompt", "prompt", "sensitivity"]
+    cols = [*ReflectStage.PLAN_FIELDS, "counselor_prompt", "feedback_prompt", "prompt", "sensitivity"]
     if parents.empty:
         return pd.DataFrame(columns=cols)
     items = item_scores(scores, rubrics)
@@ -117,7 +117,7 @@ def plan_reflections(parents: pd.DataFrame, k: int, scores: pd.DataFrame, rubric
             "lowest_items": fb.lowest_items, "methods": fb.methods, "feedback": None if writer else fb.text,
             "feedback_items": fb.text, "feedback_model": writer[0] if writer else None,
             "feedback_prompt": render(writer[1], {"transcript": transcript, "items": fb.text}) if writer else None,
-            "prompt": prompt,
+            "mode": settings.mode, "counselor_prompt": counselor_prompt, "prompt": prompt,
             "sensitivity": strictest(sensitivity_of.get(card)),
         })
     return pd.DataFrame(rows, columns=cols)

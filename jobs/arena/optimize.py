@@ -2,7 +2,8 @@
 
     python -m jobs.pipeline experiment=arena_demo iterations=2      (the chain runs this step)
 
-The method, as the code runs it (the paper's closed-loop optimization), for k = 1 .. `iterations`:
+The method, as the code runs it (the paper's closed-loop optimization), for k = 1 .. `iterations`
+(steps 2-3 as `optimize.mode: response`, the paper's and the default; `prompt` says how it differs):
 1. every chain (card x counselor x prompt variant) stands at its latest session before k; the
    chains whose latest session finished (status ok) and has all three scales evaluated are the
    candidates, and `optimize.select` picks which are improved: `failed` (default) the sessions
@@ -11,19 +12,19 @@ The method, as the code runs it (the paper's closed-loop optimization), for k = 
    waits (a re-run with `retry_failed` redoes it);
 2. for each picked session, the feedback (`jobs.arena.feedback`): its `lowest_items` lowest scale
    items with their definitions, anchors, scores and the evaluators' explanations, and the
-   knowledge base's `methods` methods for them with their guides; the session's own counselor
-   model reads `reflect.txt` (its current system prompt, the transcript, the feedback, the
-   guides) and answers JSON {reflection, revised_prompt} -> one `ITERATIONS` row;
-3. each rewritten prompt becomes the counselor's system prompt of a new session
-   `<card>|<counselor>|<variant>|it<k>` with the same card and client simulator, run through the
-   sessions step's machinery (`jobs.arena.sessions.run_sessions`);
+   knowledge base's `methods` methods for them with their guides; a model (`optimize.feedback_model`,
+   default the first evaluator) writes the feedback from them and the transcript -> one
+   `ITERATIONS` row;
+3. the session restarts as `<card>|<counselor>|<variant>|it<k>` with the same card, client
+   simulator and system prompt; in each round the counselor drafts its response, reflects on it
+   in the light of the feedback (`turn_reflect.txt`), rewrites it with the guides and its
+   reflection (`turn_rewrite.txt`), and the client answers the rewrite; the turns table keeps
+   draft, reflection and final with their call fields (the dialogue engine's `revisions`).
+   With `mode: prompt` instead, the counselor reads `reflect.txt` (its system prompt, the
+   transcript, the feedback, the guides), answers JSON {reflection, revised_prompt}, and the new
+   session runs with the rewritten prompt and no per-turn calls;
 4. the new sessions are evaluated on the three scales (`jobs.arena.evaluate.evaluate_sessions`);
 5. one line: sessions re-run and the chains' pass rate before and after the iteration.
-
-`optimize.mode` is `prompt`: the counselor rewrites its system prompt and the whole session is
-re-run. Rewriting individual counselor responses inside a finished transcript (the paper's other
-variant) is not implemented: a rewritten response would no longer be what the client simulator
-answered, so the session would have to be re-simulated anyway.
 
 Everything is keyed (ITERATIONS and SESSIONS by session id, scores by session, evaluator and
 scale), so an interrupted loop resumes at its last finished iteration: what is written is
@@ -46,7 +47,7 @@ from analysis.arena.passing import session_results
 from jobs.arena import evaluate as evaluate_step
 from jobs.arena import sessions as sessions_step
 from jobs.arena.evaluate import EvaluateConfig
-from jobs.arena.chains import after_passes, chain_states, pass_counts, plan_reflections, select_parents
+from jobs.arena.chains import NO_METHODS, after_passes, chain_states, pass_counts, plan_reflections, select_parents
 from jobs.arena.knowledge import load_knowledge_base
 from jobs.arena.optimize_plan import print_plan
 from jobs.arena.reflect import ReflectStage
@@ -105,9 +106,11 @@ class OptimizeSettings(BaseModel):
     feedback_generation: GenerationOverrides = Field(
         default_factory=lambda: GenerationOverrides(temperature=0.0, max_tokens=600),
         description="The feedback writer's sampling.")
-    mode: Literal["prompt"] = Field(
-        "prompt", description="`prompt`: the counselor rewrites its system prompt and the session is re-run "
-        "(rewriting individual responses is not implemented).")
+    mode: Literal["response", "prompt"] = Field(
+        "response", description="`response` (the paper): the session restarts and every counselor turn is drafted, "
+        "reflected on with the feedback and the methods, and rewritten; the client answers the rewrite. `prompt` "
+        "(cheaper: one call per session, none per turn): the counselor reflects once and rewrites its system "
+        "prompt, and the session is re-run with it.")
 
 
 class OptimizeConfig(SessionsConfig, EvaluateConfig):
@@ -179,7 +182,7 @@ def run(cfg: OptimizeConfig) -> int:
     counselors = {name: load_model(name) for name in cfg.models}
     writer = feedback_writer(cfg)
     if cfg.dry_run:
-        return print_plan(cfg, run_dir, counselors)
+        return print_plan(cfg, run_dir, counselors, writer[0] if writer else None)
     if read_table(run_dir, SESSIONS).empty:
         raise ConfigError(f"no sessions in {run_dir / SESSIONS.name}: run the sessions and evaluate steps on this "
                           "run_dir first (python -m jobs.pipeline experiment=... runs them before optimize)")
@@ -269,14 +272,18 @@ def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids:
     its = store.read()
     ok = its[its["iteration"].eq(k) & its["status"].eq(STATUS_OK) & its["counselor"].isin(cfg.models)
              & its["variant"].isin(cfg.variants) & its["card_id"].astype(str).isin(card_ids)]
-    plans = [sessions_step.SessionPlan(session_id=r["session_id"], card_id=str(r["card_id"]), counselor=r["counselor"],
-                                       variant=r["variant"], iteration=k, parent_session_id=r["parent_session_id"],
-                                       counselor_prompt=r["revised_prompt"])
-             for r in ok.to_dict("records")]
+    response = settings.mode == "response"
+    plans = [sessions_step.SessionPlan(
+        session_id=r["session_id"], card_id=str(r["card_id"]), counselor=r["counselor"], variant=r["variant"],
+        iteration=k, parent_session_id=r["parent_session_id"], counselor_prompt=r["revised_prompt"],
+        mode=settings.mode, feedback=r["feedback"] if response else None,
+        methods=(kb.guide_text([kb.method(m) for m in r["methods"]]) or NO_METHODS) if response else None)
+        for r in ok.to_dict("records")]
     status_of = dict(zip(sessions["session_id"], sessions["status"])) if not sessions.empty else {}
     to_run = [p for p in plans if p.session_id not in status_of
               or (cfg.retry_failed and status_of[p.session_id] != STATUS_OK)]
-    print(f"sessions it{k}: {len(to_run)} session(s) to run with a rewritten prompt, "
+    print(f"sessions it{k}: {len(to_run)} session(s) to run "
+          f"{'rewriting every counselor response' if response else 'with a rewritten prompt'}, "
           f"{len(plans) - len(to_run)} already written", flush=True)
     if to_run:
         res = sessions_step.run_sessions(to_run, cards, cfg, desc=f"sessions it{k}")

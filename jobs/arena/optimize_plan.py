@@ -32,7 +32,7 @@ def planned_chains(cfg: Any, run_dir: Path) -> int | None:
     return n_cards * len(cfg.models) * len(cfg.variants) if n_cards else None
 
 
-def print_plan(cfg: Any, run_dir: Path, counselors: dict[str, Any]) -> int:
+def print_plan(cfg: Any, run_dir: Path, counselors: dict[str, Any], writer: str | None = None) -> int:
     """A dry run: at most every chain re-run in every iteration (with `select: failed`, only the
     sessions that failed are): calls per iteration, then tokens and GPUs per kind of call."""
     n = planned_chains(cfg, run_dir)
@@ -42,14 +42,19 @@ def print_plan(cfg: Any, run_dir: Path, counselors: dict[str, Any]) -> int:
     names = [m for m in cfg.models for _ in range(n // max(1, len(cfg.models)))]
     evaluations = [e for m in names for r in cfg.scales for e in cfg.evaluators(r, m)]
     per_eval = len(evaluations) // max(1, len(names))
+    response = cfg.optimize.mode == "response"
+    per_turn = 3 if response else 1  # response: draft, reflection, rewrite in every counselor turn
     for k in range(1, cfg.iterations + 1):
-        print(f"optimize (planned): iteration {k}: at most {n} session(s) re-run: {n} reflection call(s), "
-              f"{n * cfg.rounds} counselor and {n * cfg.rounds} client turn(s), {n * per_eval} evaluation(s)",
-              flush=True)
+        calls = (f"{n} feedback call(s), " if writer else "") + ("" if response else f"{n} reflection call(s), ")
+        print(f"optimize (planned): iteration {k} (mode {cfg.optimize.mode}): at most {n} session(s) re-run: "
+              f"{calls}{n * cfg.rounds} counselor turn(s) of {per_turn} call(s) and {n * cfg.rounds} client "
+              f"turn(s), {n * per_eval} evaluation(s)", flush=True)
     it = cfg.iterations
     blocks = [
-        ("reflections", list(counselors.values()), names * it, cfg.optimize.reflect_generation),
-        ("counselor turns", list(counselors.values()), names * it * cfg.rounds, cfg.generation),
+        *([("feedback", [load_model(writer)], [writer] * n * it, cfg.optimize.feedback_generation)] if writer else []),
+        *([] if response else [("reflections", list(counselors.values()), names * it,
+                                cfg.optimize.reflect_generation)]),
+        ("counselor calls", list(counselors.values()), names * it * cfg.rounds * per_turn, cfg.generation),
         ("client turns", [load_model(cfg.client_model)], [cfg.client_model] * n * it * cfg.rounds,
          cfg.client_generation),
         ("evaluations", [load_model(e) for e in dict.fromkeys(evaluations)], evaluations * it,

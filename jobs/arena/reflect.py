@@ -7,6 +7,8 @@ As in the paper, the feedback is written by a model: when a row names a `feedbac
 stage first sends it `feedback_prompt` (the items, anchors, scores, the evaluators' explanations
 and the transcript) and puts its answer where the reflect prompt holds `FEEDBACK_SLOT`; its call
 fields are kept on the row. A failed feedback call is an `error` row, and no reflection is asked.
+With `mode: response` the row ends there (the reflection and rewrite happen per turn, in the
+re-run session): `revised_prompt` is the parent's prompt, unchanged.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ class ReflectStage(ChatStage):
 
     table = ITERATIONS
     PLAN_FIELDS = ("session_id", "parent_session_id", "card_id", "counselor", "variant", "iteration",
-                   "lowest_items", "methods", "feedback", "feedback_items", "feedback_model")
+                   "mode", "lowest_items", "methods", "feedback", "feedback_items", "feedback_model")
 
     def __init__(self, endpoints, concurrency_share, sensitivity, overrides: dict, run_id: str,
                  feedback_overrides: dict | None = None):
@@ -149,6 +151,11 @@ class ReflectStage(ChatStage):
             if error:
                 return {**self._plan(row), **fields, "feedback": None, "status": STATUS_ERROR, "error": error}
             prompt, written = prompt.replace(FEEDBACK_SLOT, text), {**fields, "feedback": text}
+        if row.get("mode") == "response":
+            # The paper's loop reflects and rewrites per turn, inside the new session: here only the
+            # feedback is written, and the session keeps its system prompt.
+            return {**self._plan(row), **written, "revised_prompt": row.get("counselor_prompt") or "",
+                    "status": STATUS_OK, "error": None}
         external = self.client.endpoint(model).model.locality == "external"
         params = self.params[model]
         result = await self.client.chat(model, [{"role": "user", "content": prompt}], params,

@@ -81,6 +81,7 @@ SESSIONS = Table(
             pa.field("variant", pa.string()),          # the counselor prompt: vanilla | psycho | ...
             pa.field("iteration", pa.int32()),         # 0: before optimization; k: after k rounds of it
             pa.field("parent_session_id", pa.string()),  # the session iteration k improves (k >= 1)
+            pa.field("mode", pa.string()),             # optimized how: null (it0) | prompt | response
             pa.field("prompt_version", pa.string()),
             pa.field("counselor_prompt", pa.string()),  # the counselor's system prompt as sent
             pa.field("rounds_planned", pa.int32()),
@@ -107,6 +108,7 @@ ITERATIONS = Table(
             pa.field("counselor", pa.string()),
             pa.field("variant", pa.string()),
             pa.field("iteration", pa.int32()),
+            pa.field("mode", pa.string()),                    # prompt | response (optimize.mode)
             pa.field("lowest_items", pa.list_(pa.string())),  # "<scale>.<item>" fed back
             pa.field("methods", pa.list_(pa.string())),       # knowledge-base methods cited
             pa.field("feedback", pa.string()),                # what the counselor read (written by a model or the template)

@@ -31,7 +31,6 @@ a client) that says goodbye early would otherwise shorten its own transcript and
 from __future__ import annotations
 
 import hashlib
-import math
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -40,13 +39,14 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobs.arena.common import ArenaRunConfig
+from jobs.arena.phases import load_phases, round_phases
 from jobs.arena.schemas import CARDS, ROLE_CLIENT, ROLE_COUNSELOR, SESSIONS, session_id
 from jobs.dialogue import (
-    AgentSpec, DialogueRules, DialogueSpec, Phase, check_dialogues, run_dialogues, strictest,
+    AgentSpec, DialogueRules, DialogueSpec, Phase, RevisionStep, check_dialogues, run_dialogues, strictest,
 )
 from jobs.schemas import DIALOGUES, STATUS_ERROR, STATUS_OK, TURNS
 from jobs.store import TableStore
-from serving.configfiles import ConfigError, find_file, load_model, read_yaml
+from serving.configfiles import ConfigError, find_file, load_model
 
 __all__ = ["CLIENT", "COUNSELOR", "SessionPlan", "SessionsConfig", "base_plans", "build_specs", "load_phases",
            "ok_cards", "planned_cards", "render_transcript", "round_phases", "run", "run_sessions",
@@ -80,6 +80,12 @@ class SessionsConfig(ArenaRunConfig):
         default_factory=lambda: {"vanilla": "arena/counselor_turn_vanilla.txt"},
         description="Variant -> its own per-turn message, where it differs from `counselor_turn` (the paper gives "
         "the vanilla counselor no guidance: its message names no counselor role).")
+    turn_reflect: str = Field(
+        "arena/turn_reflect.txt", description="An optimized session's per-turn reflection on the counselor's draft "
+        "(optimize.mode=response): `{draft}`, `{feedback}`, `{methods}`, `{history}`.")
+    turn_rewrite: str = Field(
+        "arena/turn_rewrite.txt", description="Its rewrite of the draft: `{draft}`, `{reflection}`, `{methods}`, "
+        "`{history}`; the client sees only the rewrite.")
     client_prompt: str = Field(
         "arena/client.txt",
         description="The client simulator's user message each turn (`{card}`, `{phase_instruction}`, `{history}`, "
@@ -99,70 +105,11 @@ class SessionPlan(BaseModel):
     iteration: int = Field(0, ge=0, description="0: before optimization; k: after k iterations of it.")
     parent_session_id: str | None = Field(None, description="The session iteration k improves (k >= 1).")
     counselor_prompt: str = Field(description="The counselor's system prompt as sent (a variant's file, or rewritten).")
-
-
-# --- phases ---------------------------------------------------------------------------------------
-
-
-def load_phases(ref: str, rounds: int) -> list[Phase]:
-    """The client's phases by round, from the phases file's shares.
-
-    Each phase ends at round `round(cumulative share x rounds)` (halves round up), so 25 rounds
-    at 0.3 / 0.4 / 0.3 are rounds 1-8, 9-18 and 19-25; every phase gets at least one round when
-    there are at least as many rounds as phases. With fewer rounds than phases, the LAST phases
-    are kept, one round each (2 rounds: diagnosis, solution exploration; 1 round: solution
-    exploration): a short session (a demo) still reaches the part where the counselor helps,
-    and the card already gives the client's distress, so nothing of the story is lost.
-
-    Raises:
-        ConfigError naming the file, the phase and the field when the file is malformed.
-    """
-    path = find_file(ref, what="phases")
-    data = read_yaml(path)
-    entries = data.get("phases")
-    if not isinstance(entries, list) or not entries:
-        raise ConfigError(f"{path}: expected `phases:` a list of {{name, share, instruction}}")
-    names, shares, instructions = [], [], []
-    for i, e in enumerate(entries):
-        where = f"{path}: phases[{i}]"
-        if not isinstance(e, dict):
-            raise ConfigError(f"{where}: expected a mapping with name, share, instruction")
-        name, share, instruction = e.get("name"), e.get("share"), e.get("instruction")
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"{where}: `name` is missing or empty")
-        if name in names:
-            raise ConfigError(f"{where}: `name` {name!r} is repeated")
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not share > 0:
-            raise ConfigError(f"{where} ({name}): `share` must be a positive number, got {share!r}")
-        if not isinstance(instruction, str) or not instruction.strip():
-            raise ConfigError(f"{where} ({name}): `instruction` is missing or empty")
-        names.append(name)
-        shares.append(float(share))
-        instructions.append(instruction.strip())
-    total = sum(shares)
-    if abs(total - 1.0) > 1e-6:
-        raise ConfigError(f"{path}: the phases' shares sum to {total:g}; they must sum to 1")
-    n = len(names)
-    if rounds < n:
-        keep = range(n - rounds, n)
-        return [Phase(name=names[i], first_round=k + 1, last_round=k + 1, role=CLIENT, instruction=instructions[i])
-                for k, i in enumerate(keep)]
-    ends, cum = [], 0.0
-    for s in shares:
-        cum += s
-        # Half up, with a hair of tolerance: 0.3 x 25 is 7.4999... in binary and means 7.5.
-        ends.append(math.floor(cum / total * rounds + 0.5 + 1e-9))
-    ends[-1] = rounds
-    for i in range(n):  # at least one round each: after the previous phase, before the later ones
-        ends[i] = min(max(ends[i], (ends[i - 1] if i else 0) + 1), rounds - (n - 1 - i))
-    starts = [1] + [e + 1 for e in ends[:-1]]
-    return [Phase(name=names[i], first_round=starts[i], last_round=ends[i], role=CLIENT, instruction=instructions[i])
-            for i in range(n)]
-
-
-def round_phases(phases: list[Phase], rounds: int) -> list[str | None]:
-    """The phase name of each round 1..rounds (index = round - 1)."""
-    return [next((p.name for p in phases if p.first_round <= r <= p.last_round), None) for r in range(1, rounds + 1)]
+    mode: str | None = Field(None, description="How the session was optimized: None (iteration 0), `prompt` (a "
+                             "rewritten system prompt) or `response` (every counselor turn drafted, reflected on "
+                             "with `feedback` and `methods`, and rewritten).")
+    feedback: str | None = Field(None, description="mode response: the feedback on the parent session.")
+    methods: str | None = Field(None, description="mode response: the knowledge-base guides for it.")
 
 
 # --- cards and plans ------------------------------------------------------------------------------
@@ -231,6 +178,9 @@ def build_specs(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsConf
     rules = session_rules(cfg, load_phases(cfg.phases, cfg.rounds))
     client_template = _read_text(cfg.client_prompt, "client_prompt")
     turn_refs = {p.variant: cfg.counselor_turns.get(p.variant, cfg.counselor_turn) for p in plans}
+    revise = any(p.mode == "response" for p in plans)
+    reflect_t = _read_text(cfg.turn_reflect, "turn_reflect") if revise else ""
+    rewrite_t = _read_text(cfg.turn_rewrite, "turn_rewrite") if revise else ""
     turn_templates = {v: _read_text(ref, f"counselor_turn of variant {v!r}") for v, ref in turn_refs.items()}
     by_id = _card_lookup(cards)
     specs, sensitivities = [], []
@@ -240,16 +190,21 @@ def build_specs(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsConf
             raise ConfigError(f"session {plan.session_id!r}: card {plan.card_id!r} is not among the run's ok cards")
         if not _text(card.get("rendered")).strip():
             raise ConfigError(f"session {plan.session_id!r}: card {plan.card_id!r} has no `rendered` text")
+        steps, extra = [], {}
+        if plan.mode == "response":  # the paper's loop: draft -> reflection -> rewrite, every counselor turn
+            steps = [RevisionStep(name="reflection", template=reflect_t, system=plan.counselor_prompt),
+                     RevisionStep(name="rewrite", template=rewrite_t, system=plan.counselor_prompt)]
+            extra = {"feedback": plan.feedback or "", "methods": plan.methods or ""}
         specs.append(DialogueSpec(
             dialogue_id=plan.session_id, context_id=plan.card_id,
             agents=[AgentSpec(role=CLIENT, label=LABELS[CLIENT], model=cfg.client_model, template=client_template,
                               generation=cfg.client_generation.as_dict()),
                     AgentSpec(role=COUNSELOR, label=LABELS[COUNSELOR], model=plan.counselor,
                               system=plan.counselor_prompt, template=turn_templates[plan.variant],
-                              generation=cfg.generation.as_dict())],
+                              generation=cfg.generation.as_dict(), revisions=steps)],
             rules=rules, tested_role=COUNSELOR, variant=plan.variant, prompt_version=cfg.prompt_version,
             fields={"card": card["rendered"], "rounds": str(cfg.rounds), "theme": _text(card.get("theme")),
-                    "topic": _text(card.get("topic"))},
+                    "topic": _text(card.get("topic")), **extra},
         ))
         sensitivities.append(strictest(card.get("sensitivity")))
     return specs, sensitivities
@@ -301,7 +256,7 @@ def session_row(plan: SessionPlan, dialogue: dict[str, Any], card: dict[str, Any
         "session_id": plan.session_id, "card_id": plan.card_id,
         "theme": _value(card, "theme"), "topic": _value(card, "topic"),
         "counselor": plan.counselor, "client_model": cfg.client_model, "variant": plan.variant,
-        "iteration": plan.iteration, "parent_session_id": plan.parent_session_id,
+        "iteration": plan.iteration, "parent_session_id": plan.parent_session_id, "mode": plan.mode,
         "prompt_version": cfg.prompt_version, "counselor_prompt": plan.counselor_prompt,
         "rounds_planned": cfg.rounds, "n_rounds": n_rounds,
         "turns": [{k: t.get(k) for k in ("turn", "role", "model", "text", "tokens", "round", "phase")} for t in turns],
@@ -331,6 +286,7 @@ def _sha256(ref: str, what: str) -> str:
 def _decides(cfg: SessionsConfig, variants: Iterable[str]) -> dict[str, Any]:
     """What decides the sessions' rows: the prompt version, the rounds, and every prompt file's bytes."""
     files = {"phases": cfg.phases, "counselor_turn": cfg.counselor_turn, "client_prompt": cfg.client_prompt,
+             "turn_reflect": cfg.turn_reflect, "turn_rewrite": cfg.turn_rewrite,
              **{f"counselor_turns.{v}": cfg.counselor_turns[v] for v in variants if v in cfg.counselor_turns},
              **{f"counselor_prompts.{v}": cfg.counselor_prompts[v] for v in variants if v in cfg.counselor_prompts}}
     return {"prompt_version": cfg.prompt_version, "rounds": cfg.rounds,

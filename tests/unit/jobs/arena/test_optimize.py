@@ -284,6 +284,7 @@ class Fakes:
         self.ran: list[str] = []
         self.evaluated: list[set] = []
         self.sent: list[tuple] = []
+        self.plans: list = []
 
     def run_model_stage(self, rows, models, stage_cls, stage_kwargs, store, *, sensitivity, run, desc, counter=None):
         assert stage_cls is ReflectStage and {m.name for m in models} >= set(rows["counselor"])
@@ -308,6 +309,7 @@ class Fakes:
         assert set(cards["card_id"]) >= {p.card_id for p in plans}
         for p in plans:
             self.ran.append(p.session_id)
+            self.plans.append(p)
             write_session(Path(cfg.run_dir), p.card_id, p.iteration, prompt=p.counselor_prompt,
                           parent=p.parent_session_id)
         return {"ok": len(plans), "failed": 0}
@@ -339,9 +341,12 @@ def start_run(tmp_path: Path, c1: str = "public") -> tuple[Path, str, str]:
     return run_dir, s1, s2
 
 
+PROMPT = OptimizeSettings(mode="prompt")
+
+
 def test_an_iteration_improves_the_failed_session_and_the_loop_stops_when_all_pass(tmp_path, conf, fakes, capsys):
     run_dir, s1, s2 = start_run(tmp_path)
-    assert optimize.run(config(run_dir)) == 0
+    assert optimize.run(config(run_dir, optimize=PROMPT)) == 0
     new = "c1|counselor-a|vanilla|it1"
     assert fakes.reflected == [new] and fakes.ran == [new] and fakes.evaluated == [{new}]
     out = capsys.readouterr().out
@@ -364,13 +369,13 @@ def test_an_iteration_improves_the_failed_session_and_the_loop_stops_when_all_pa
 def test_a_rerun_asks_nothing_again_for_a_finished_iteration(tmp_path, conf, fakes, capsys):
     run_dir, _, _ = start_run(tmp_path)
     fakes.passes_after = False  # it1 fails too: iteration 2 improves it again
-    assert optimize.run(config(run_dir)) == 0
+    assert optimize.run(config(run_dir, optimize=PROMPT)) == 0
     asked = (list(fakes.reflected), list(fakes.ran))
     assert asked == (["c1|counselor-a|vanilla|it1", "c1|counselor-a|vanilla|it2"],) * 2
     it2 = read_table(run_dir, ITERATIONS).set_index("session_id").loc["c1|counselor-a|vanilla|it2"]
     assert it2["parent_session_id"] == "c1|counselor-a|vanilla|it1"  # the chain goes on from its latest
     capsys.readouterr()
-    assert optimize.run(config(run_dir)) == 0
+    assert optimize.run(config(run_dir, optimize=PROMPT)) == 0
     assert (fakes.reflected, fakes.ran) == asked  # nothing reflected or run again
     out = capsys.readouterr().out
     assert "reflect it1: 0 reflection(s) to request, 1 already written" in out
@@ -381,12 +386,12 @@ def test_a_rerun_asks_nothing_again_for_a_finished_iteration(tmp_path, conf, fak
 def test_a_reflection_that_does_not_parse_fails_the_step_and_is_asked_again(tmp_path, conf, fakes, capsys):
     run_dir, _, _ = start_run(tmp_path)
     fakes.answer = '{"reflection": "no prompt here"}'
-    assert optimize.run(config(run_dir, iterations=1)) == 1
+    assert optimize.run(config(run_dir, iterations=1, optimize=PROMPT)) == 1
     row = read_table(run_dir, ITERATIONS).iloc[0]
     assert row["status"] == "parse_error" and "no revised_prompt" in row["error"]
     assert fakes.ran == []  # no session without a rewritten prompt
     fakes.answer = GOOD
-    assert optimize.run(config(run_dir, iterations=1)) == 0
+    assert optimize.run(config(run_dir, iterations=1, optimize=PROMPT)) == 0
     assert "resume: 1 reflection(s) of iteration 1" in capsys.readouterr().out
     assert read_table(run_dir, ITERATIONS).iloc[0]["status"] == STATUS_OK and fakes.ran == ["c1|counselor-a|vanilla|it1"]
 
@@ -400,11 +405,14 @@ def test_select_all_improves_passed_sessions_too(tmp_path, conf, fakes):
 
 def test_a_dry_run_prints_the_calls_of_every_iteration_and_calls_nothing(tmp_path, conf, fakes, capsys):
     run_dir, _, _ = start_run(tmp_path)
-    assert optimize.run(config(run_dir, dry_run=True, iterations=3)) == 0
+    assert optimize.run(config(run_dir, dry_run=True, iterations=3, optimize=PROMPT)) == 0
     out = capsys.readouterr().out
-    for k in (1, 2, 3):
-        assert (f"optimize (planned): iteration {k}: at most 2 session(s) re-run: 2 reflection call(s), "
-                "4 counselor and 4 client turn(s), 6 evaluation(s)") in out
+    for k in (1, 2, 3):  # 2 chains x 2 rounds; the evaluator sup-1 on each of the 3 scales
+        assert (f"optimize (planned): iteration {k} (mode prompt): at most 2 session(s) re-run: 2 feedback call(s), "
+                "2 reflection call(s), 4 counselor turn(s) of 1 call(s) and 4 client turn(s), 6 evaluation(s)") in out
+    assert optimize.run(config(run_dir, dry_run=True, iterations=1)) == 0
+    assert ("optimize (planned): iteration 1 (mode response): at most 2 session(s) re-run: 2 feedback call(s), "
+            "4 counselor turn(s) of 3 call(s) and 4 client turn(s), 6 evaluation(s)") in capsys.readouterr().out
     assert fakes.reflected == [] and fakes.ran == [] and not read_table(run_dir, ITERATIONS).shape[0]
 
 
@@ -414,7 +422,7 @@ def test_settings_are_strict():
     with pytest.raises(ValueError):
         OptimizeSettings(mode="responses")
     s = OptimizeSettings()
-    assert (s.select, s.lowest_items, s.methods, s.mode) == ("failed", 3, 2, "prompt")
+    assert (s.select, s.lowest_items, s.methods, s.mode, s.feedback) == ("failed", 3, 2, "response", "model")
     assert s.reflect_generation.temperature == 0.3 and s.reflect_generation.max_tokens == 1024
 
 
@@ -444,3 +452,22 @@ def test_no_supervisor_is_a_config_error_before_any_call(tmp_path, conf, fakes):
     with pytest.raises(ConfigError, match="no evaluator"):
         optimize.run(config(run_dir, judges=[]))
     assert fakes.reflected == []
+
+
+def test_response_mode_writes_the_feedback_and_reruns_with_every_turn_rewritten(tmp_path, conf, fakes, capsys):
+    """The paper's loop: no prompt rewrite; the new session keeps the prompt and carries the
+    written feedback and the methods' guides for its per-turn reflection and rewrite."""
+    run_dir, s1, _ = start_run(tmp_path)
+    assert optimize.run(config(run_dir, iterations=1)) == 0
+    new = "c1|counselor-a|vanilla|it1"
+    assert [x[:2] for x in fakes.sent] == [(SUPERVISOR, f"{new}#feedback")]  # the writer only; no reflect call
+    it = read_table(run_dir, ITERATIONS).set_index("session_id").loc[new]
+    assert (it["mode"], it["status"], it["feedback"]) == ("response", STATUS_OK, WRITTEN)
+    parent_prompt = read_table(run_dir, SESSIONS).set_index("session_id").loc[s1, "counselor_prompt"]
+    assert it["revised_prompt"] == parent_prompt and pd.isna(it["reflection"])
+    (plan,) = fakes.plans
+    assert (plan.session_id, plan.mode, plan.feedback, plan.counselor_prompt) == (new, "response", WRITTEN,
+                                                                                  parent_prompt)
+    kb = load_knowledge_base()
+    assert plan.methods == kb.guide_text([kb.method(m) for m in it["methods"]]) and plan.methods
+    assert "rewriting every counselor response" in capsys.readouterr().out

@@ -18,6 +18,8 @@ EXPECTED = {
     "counselor_turn.txt": {"history", "round", "rounds"},
     "counselor_turn_vanilla.txt": {"history"},
     "feedback_writer.txt": {"transcript", "items"},
+    "turn_reflect.txt": {"history", "draft", "feedback", "methods"},
+    "turn_rewrite.txt": {"history", "draft", "reflection", "methods"},
     "client.txt": {"card", "phase_instruction", "history", "round", "rounds"},
     "card_extract.txt": {"post", "taxonomy"},
     "reflect.txt": {"counselor_prompt", "transcript", "feedback", "methods"},

@@ -351,3 +351,22 @@ def test_dry_run_before_the_cards_step_plans_from_the_dataset_limit(tmp_path, mo
     assert "3 card(s) x 2 counselor model(s) x 2 variant(s) = 12 session(s) of 25 round(s)" in out
     assert re.search(r"m1 +150 ", out) and re.search(r"sim +300 ", out)  # 6 sessions x 25 turns; 12 x 25
     assert not (tmp_path / "run").exists()
+
+
+def test_a_response_mode_session_drafts_reflects_and_rewrites_every_counselor_turn(tmp_path, conf):
+    write_cards(tmp_path / "run", {"c1": "public"})
+    cfg = _cfg(tmp_path)
+    cards = ok_cards(tmp_path / "run")
+    plan = SessionPlan(session_id="c1|m1|psycho|it1", card_id="c1", counselor="m1", variant="psycho", iteration=1,
+                       parent_session_id="c1|m1|psycho|it0", counselor_prompt="Be a CBT counselor.",
+                       mode="response", feedback="You rushed to advice.", methods="## CBT\nReframe thoughts.")
+    (spec,), _ = build_specs([plan], cards, cfg)
+    client, counselor = spec.agents
+    assert [s.name for s in counselor.revisions] == ["reflection", "rewrite"] and client.revisions == []
+    assert {s.system for s in counselor.revisions} == {"Be a CBT counselor."}
+    assert "{draft}" in counselor.revisions[0].template and "{feedback}" in counselor.revisions[0].template
+    assert "{reflection}" in counselor.revisions[1].template and "{methods}" in counselor.revisions[1].template
+    assert spec.fields["feedback"] == "You rushed to advice." and spec.fields["methods"].startswith("## CBT")
+    # a prompt-mode (or iteration-0) session has no per-turn calls
+    (plain,), _ = build_specs([plan.model_copy(update={"mode": "prompt"})], cards, cfg)
+    assert plain.agents[1].revisions == [] and "feedback" not in plain.fields
