@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 
 from analysis import figures
 from analysis.arena import agreement as ag
+from analysis.arena.coverage import coverage_part
 from analysis.arena import report_table2 as rt2
 from analysis.arena import tables as tb
 from analysis.arena.data import (
@@ -83,12 +84,13 @@ def _scales_text(scales: Scales) -> str:
 
 # --- sections ------------------------------------------------------------------------------------
 
-def _cards(w: ReportWriter, cards: pd.DataFrame | None) -> None:
+def _cards(w: ReportWriter, cards: pd.DataFrame | None, run_dir: Path) -> None:
     sec = w.section("cards", "Client cards")
     if cards is None or cards.empty:
         w.missing(sec, f"The run has no {CARDS_DIR} table: no client cards to describe.")
         return
     t = tb.card_tables(cards)
+    coverage_part(w, sec, run_dir)
     w.table(sec, t["status"], "cards_status", "Client cards per status",
             "ok: a card the sessions use; invalid (a required field missing or out of the taxonomy), parse_error "
             "(the extractor's answer was no JSON card) and error (the call failed) keep their reason.")
@@ -310,7 +312,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
     if found.complete:
         frame = session_frame(sessions, session_results(scores, found.rubrics))
         items = item_scores(scores, found.rubrics)
-    _cards(w, cards)
+    _cards(w, cards, run_dir)
     _sessions(w, sessions, frame, scores)
     if frame is None or frame.empty:
         why = ("No session in this run: nothing to score." if found.complete else

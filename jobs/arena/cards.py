@@ -45,6 +45,7 @@ from jobs.arena.card import (
 )
 from jobs.arena.common import ArenaRunConfig
 from jobs.arena.schemas import CARDS
+from jobs.arena.selection import write_selection
 from jobs.arena.taxonomy import Taxonomy, load_taxonomy
 from jobs.config import ColumnMapping, DatasetConfig
 from jobs.preflight import summarize
@@ -133,6 +134,9 @@ class CardsConfig(ArenaRunConfig):
         description="Overrides of the extractor's sampling (default: temperature 0, 400 tokens: a card is ~300).")
     extract_prompt: str = Field(
         "arena/card_extract.txt", description="The extraction prompt (`{post}`, `{taxonomy}`), on the config search path.")
+    card_selection: Literal["one_per_topic", "all"] = Field(
+        "one_per_topic", description="one_per_topic (the paper): from the pool of ok cards (`dataset.limit` "
+        "posts), one card per topic by the rule of `jobs.arena.selection`; all: every ok card.")
 
 
 # --- the extraction stage -------------------------------------------------------------------------
@@ -312,5 +316,9 @@ def run(cfg: CardsConfig) -> int:
     if cfg.dataset.kind == "cards":
         from jobs.arena.cardfile import run_file  # it imports this module's config
 
-        return run_file(cfg, taxonomy)
-    return run_posts(cfg, taxonomy)
+        code = run_file(cfg, taxonomy)
+    else:
+        code = run_posts(cfg, taxonomy)
+    if not cfg.dry_run and code < 2:
+        print(write_selection(cfg.run_dir, taxonomy, cfg.card_selection), flush=True)
+    return code

@@ -36,6 +36,8 @@ import pandas as pd
 
 from jobs.arena.common import ArenaRunConfig
 from jobs.arena.schemas import CARDS, SCALES, SESSIONS, SUBJECT_SESSION
+from jobs.arena.selection import planned_card_count
+from jobs.arena.taxonomy import load_taxonomy
 from jobs.dialogue import strictest
 from jobs.rubric import Rubric, load_rubric
 from jobs.runner import plan_text
@@ -167,7 +169,7 @@ def planned_sessions(cfg: ArenaRunConfig, run_dir: Path) -> int | None:
         c = cards.read(columns=["status"])
         n_cards = int((c["status"] == STATUS_OK).sum())
     else:
-        n_cards = getattr(getattr(cfg, "dataset", None), "limit", None)
+        n_cards = planned_card_count(cfg, len(load_taxonomy().topic_ids()))
     return n_cards * len(cfg.models) * len(cfg.variants) if n_cards else None
 
 

@@ -9,6 +9,8 @@ from typing import Any
 import pandas as pd
 
 from jobs.arena.schemas import CARDS, SESSIONS
+from jobs.arena.selection import planned_card_count
+from jobs.arena.taxonomy import load_taxonomy
 from jobs.runner import plan_text
 from jobs.schemas import STATUS_OK
 from jobs.store import read_table
@@ -28,7 +30,7 @@ def planned_chains(cfg: Any, run_dir: Path) -> int | None:
             return len(s)
     cards = read_table(run_dir, CARDS)
     n_cards = int(cards["status"].eq(STATUS_OK).sum()) if not cards.empty else 0
-    n_cards = n_cards or getattr(getattr(cfg, "dataset", None), "limit", None)
+    n_cards = n_cards or planned_card_count(cfg, len(load_taxonomy().topic_ids()))
     return n_cards * len(cfg.models) * len(cfg.variants) if n_cards else None
 
 

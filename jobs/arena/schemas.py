@@ -147,4 +147,23 @@ RANKINGS = Table(
     ),
 )
 
-TABLES = {t.name: t for t in (CARDS, SESSIONS, ITERATIONS, RANKINGS)}
+CARD_SELECTION = Table(
+    name="card_selection",
+    key=("card_id",),
+    schema=pa.schema(
+        [
+            pa.field("card_id", pa.string(), nullable=False),  # a card, or "(none):<topic>" for a topic without one
+            pa.field("theme", pa.string()),
+            pa.field("topic", pa.string()),
+            pa.field("selected", pa.bool_()),                  # the card the sessions role-play for its topic
+            pa.field("rank", pa.int32()),                      # its place among its topic's cards (1 = chosen)
+            pa.field("completeness", pa.int32()),              # card fields filled in
+            pa.field("detail_chars", pa.int32()),              # length of its detailed description
+            pa.field("rule", pa.string()),                     # card_selection: one_per_topic | all
+            pa.field("reason", pa.string()),
+            *_RUN_FIELDS,
+        ]
+    ),
+)
+
+TABLES = {t.name: t for t in (CARDS, SESSIONS, ITERATIONS, RANKINGS, CARD_SELECTION)}

@@ -41,6 +41,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from jobs.arena.common import ArenaRunConfig
 from jobs.arena.phases import load_phases, round_phases
 from jobs.arena.schemas import CARDS, ROLE_CLIENT, ROLE_COUNSELOR, SESSIONS, session_id
+from jobs.arena.selection import planned_card_count, selected_ids
+from jobs.arena.taxonomy import load_taxonomy
 from jobs.dialogue import (
     AgentSpec, DialogueRules, DialogueSpec, Phase, RevisionStep, check_dialogues, run_dialogues, strictest,
 )
@@ -116,13 +118,16 @@ class SessionPlan(BaseModel):
 
 
 def ok_cards(run_dir: str | Path) -> pd.DataFrame:
-    """The run's usable cards (status ok) in a stable order (by card id), or a `ConfigError`
-    saying which step writes them."""
+    """The run's usable cards (status ok and, when the cards step selected, chosen for their
+    topic) in a stable order (by card id), or a `ConfigError` saying which step writes them."""
     store = TableStore(run_dir, CARDS)
     if not store.parts():
         raise ConfigError(f"no cards in {store.dir}: run the cards step first (it writes RUN_DIR/cards/)")
     cards = store.read(columns=list(CARD_COLUMNS))
     cards = cards[cards["status"] == STATUS_OK].assign(card_id=lambda d: d["card_id"].astype(str))
+    chosen = selected_ids(run_dir)  # one card per topic (the cards step's selection), when made
+    if chosen is not None:
+        cards = cards[cards["card_id"].isin(chosen)]
     return cards.sort_values("card_id").reset_index(drop=True)
 
 
@@ -130,7 +135,7 @@ def planned_cards(cfg: Any) -> pd.DataFrame | None:
     """For a dry run before the cards step has written anything: `dataset.limit` stand-in cards
     (ids `planned-1`...), with the dataset's sensitivity; None when the number is unknown."""
     dataset = getattr(cfg, "dataset", None)
-    n = getattr(dataset, "limit", None)
+    n = planned_card_count(cfg, len(load_taxonomy().topic_ids()))
     if not n:
         return None
     sens = strictest(getattr(dataset, "sensitivity", None))

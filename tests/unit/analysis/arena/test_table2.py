@@ -114,3 +114,18 @@ def test_self_rated_counselor_scores_are_found(tmp_path):
     flagged = t2.self_rated(scores)
     assert flagged.loc["m1", "sessions"] == 7
     assert t2.evaluator_names(scores) == ["client-sim", "sup1", "sup2"]
+
+
+def test_topic_coverage_per_theme():
+    from analysis.arena.coverage import coverage_table
+
+    sel = pd.DataFrame([
+        {"card_id": "c1", "theme": "sleep", "topic": "insomnia", "selected": True, "rule": "one_per_topic"},
+        {"card_id": "c2", "theme": "sleep", "topic": "insomnia", "selected": False, "rule": "one_per_topic"},
+        {"card_id": "c3", "theme": "social", "topic": "loneliness", "selected": True, "rule": "one_per_topic"},
+        {"card_id": "(none):grief", "theme": "social", "topic": "grief", "selected": False, "rule": "one_per_topic"},
+    ])
+    t = coverage_table(sel)
+    assert t.loc["sleep"].tolist() == [1, 1, 2, 1, ""]
+    assert t.loc["social"].tolist() == [2, 1, 1, 1, "grief"]
+    assert t.loc["all"].tolist() == [3, 2, 3, 2, "grief"]
