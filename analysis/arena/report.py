@@ -275,6 +275,7 @@ def _agreement(w: ReportWriter, rankings: pd.DataFrame | None, frame: pd.DataFra
             f"cards); per expert below the pooled row. NA below {ag.MIN_SPEARMAN_PAIRS} pairs or when one side is "
             "constant. p: two-sided, uncorrected.", digits=3)
     w.file_only(t["pairs"], "agreement_pairs", "Each expert rank beside the evaluation's rank")
+    rt2.experts_part(w, sec, t, rankings)
 
 
 # --- entry points --------------------------------------------------------------------------------

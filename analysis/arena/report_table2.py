@@ -10,12 +10,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis import figures
+from analysis.arena import experts as ex
 from analysis.arena import table2 as t2
 from analysis.arena.data import COUNSELOR, ITERATION, VARIANT, model_label, session_frame
 from analysis.arena.tables import MEASURE, N, OVERALL
 from analysis.writer import ReportWriter, Section
 
-__all__ = ["evaluators_part", "figure4_wilson_part", "mcnemar_part", "table2_printed_part"]
+__all__ = ["evaluators_part", "experts_part", "figure4_wilson_part", "mcnemar_part", "table2_printed_part"]
 
 
 def table2_printed_part(w: ReportWriter, sec: Section, frame: pd.DataFrame, rubrics, scores: pd.DataFrame) -> None:
@@ -93,3 +94,28 @@ def mcnemar_part(w: ReportWriter, sec: Section, frame: pd.DataFrame) -> None:
             "Wilson 95% intervals and the exact McNemar test",
             "b: chains that failed before and pass after; c: the reverse; p_mcnemar: two-sided exact binomial "
             "test of b against b + c (the same cards before and after, so a gain is told from noise).", digits=3)
+
+
+def experts_part(w: ReportWriter, sec: Section, tables: dict, rankings: pd.DataFrame) -> None:
+    """Table 3's Avg row, Figure 3 (points per scale and model, experts vs evaluators) and the
+    experts' agreement with each other."""
+    avg = ex.kappa_avg(tables["kappa"])
+    w.table(sec, avg[avg["model_a"] == ex.AVG].set_index(["scale"])[["kappa", "agreement", "n"]], "table3_avg",
+            "Table 3, Avg row: mean kappa over the pairs of models, per scale", "n: pairs with a defined kappa.",
+            digits=3)
+    fig3 = ex.figure3_table(tables["pairs"])
+    if len(fig3):
+        w.table(sec, fig3, "figure3_points", "Figure 3: mean points per scale and model, experts vs evaluators",
+                "Within each (expert, card, scale), with m sessions ranked, 1st = m points, 2nd = m - 1, ... "
+                "(the paper: 4 counselors, 1st = 4); the evaluators' ranks on the same sessions converted alike.",
+                digits=2)
+        for scale, g in fig3.groupby(level=0):
+            path = figures.grouped_bars(g.droplevel(0)[["experts", "evaluators"]],
+                                        Path(w.figures_dir) / f"figure3_{scale}.png",
+                                        f"Figure 3 ({scale}): mean points", "mean points", zero_line=False)
+            w.figure(sec, path, f"Figure 3 ({scale}). Mean points per model: experts vs evaluators.")
+    agree = ex.expert_agreement(rankings)
+    if len(agree):
+        w.table(sec, agree.set_index(["scale", "expert_a", "expert_b"]), "expert_agreement",
+                "Agreement between experts who ranked separately: Spearman's rho per scale (the paper: 0.997)",
+                digits=3)
