@@ -14,6 +14,15 @@ from serving.config import GenerationOverrides
 # The counselor prompts of the paper's Table 2: a plain assistant and a counseling prompt.
 DEFAULT_COUNSELOR_PROMPTS = {"vanilla": "arena/counselor_vanilla.txt", "psycho": "arena/counselor_psycho.txt"}
 DEFAULT_SCALES = {"client": "arena_client", "supervisor": "arena_supervisor", "counselor": "arena_counselor"}
+# The language of the cards and the sessions: the prompts are written in English and ask for this.
+LANGUAGE_NAMES = {"en": "English", "zh": "Chinese (简体中文)"}
+
+
+def language_note(language: str) -> str:
+    """The line every generating prompt ends with when the run's language is not English."""
+    if language == "en":
+        return ""
+    return f"\n\nWrite everything you write in {LANGUAGE_NAMES.get(language, language)}."
 
 
 class ArenaRunConfig(RunConfig):
@@ -60,6 +69,8 @@ class ArenaRunConfig(RunConfig):
     )
     max_repairs: int = Field(1, ge=0, le=3, description="Repair requests when an evaluator's answer cannot be parsed.")
     prompt_version: str = Field("arena-2026-11", description="Recorded on every session.")
+    language: str = Field("en", description="The language of the cards and sessions (the data's: zh for PsyQA); the "
+                          "card, client, counselor, feedback and per-turn prompts ask for it. en, zh, or a name.")
 
     @model_validator(mode="after")
     def _variants_known(self) -> "ArenaRunConfig":

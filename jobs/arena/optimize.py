@@ -46,8 +46,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from analysis.arena.passing import session_results
 from jobs.arena import evaluate as evaluate_step
 from jobs.arena import sessions as sessions_step
-from jobs.arena.evaluate import EvaluateConfig
 from jobs.arena.chains import NO_METHODS, after_passes, chain_states, pass_counts, plan_reflections, select_parents
+from jobs.arena.common import language_note
+from jobs.arena.evaluate import EvaluateConfig
 from jobs.arena.knowledge import load_knowledge_base
 from jobs.arena.optimize_plan import print_plan
 from jobs.arena.reflect import ReflectStage
@@ -150,7 +151,7 @@ def feedback_writer(cfg: OptimizeConfig) -> tuple[str, str] | None:
     text = find_file(s.feedback_prompt, what="feedback prompt (optimize.feedback_prompt)").read_text(encoding="utf-8")
     if "{items}" not in text:
         raise ConfigError(f"feedback prompt {s.feedback_prompt}: it has no {{items}}; the writer must see the items")
-    return model, text
+    return model, text + language_note(cfg.language)
 
 
 def _card_sensitivity(run_dir: Path) -> dict[str, str]:

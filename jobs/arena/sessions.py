@@ -38,7 +38,7 @@ from typing import Any, Iterable
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from jobs.arena.common import ArenaRunConfig
+from jobs.arena.common import ArenaRunConfig, language_note
 from jobs.arena.phases import load_phases, round_phases
 from jobs.arena.schemas import CARDS, ROLE_CLIENT, ROLE_COUNSELOR, SESSIONS, session_id
 from jobs.arena.selection import planned_card_count, selected_ids
@@ -181,12 +181,13 @@ def build_specs(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsConf
         has no rendered text.
     """
     rules = session_rules(cfg, load_phases(cfg.phases, cfg.rounds))
-    client_template = _read_text(cfg.client_prompt, "client_prompt")
+    note = language_note(cfg.language)  # the data's language (PsyQA: zh); "" for English
+    client_template = _read_text(cfg.client_prompt, "client_prompt") + note
     turn_refs = {p.variant: cfg.counselor_turns.get(p.variant, cfg.counselor_turn) for p in plans}
     revise = any(p.mode == "response" for p in plans)
-    reflect_t = _read_text(cfg.turn_reflect, "turn_reflect") if revise else ""
-    rewrite_t = _read_text(cfg.turn_rewrite, "turn_rewrite") if revise else ""
-    turn_templates = {v: _read_text(ref, f"counselor_turn of variant {v!r}") for v, ref in turn_refs.items()}
+    reflect_t = _read_text(cfg.turn_reflect, "turn_reflect") + note if revise else ""
+    rewrite_t = _read_text(cfg.turn_rewrite, "turn_rewrite") + note if revise else ""
+    turn_templates = {v: _read_text(ref, f"counselor_turn of variant {v!r}") + note for v, ref in turn_refs.items()}
     by_id = _card_lookup(cards)
     specs, sensitivities = [], []
     for plan in plans:
@@ -294,7 +295,7 @@ def _decides(cfg: SessionsConfig, variants: Iterable[str]) -> dict[str, Any]:
              "turn_reflect": cfg.turn_reflect, "turn_rewrite": cfg.turn_rewrite,
              **{f"counselor_turns.{v}": cfg.counselor_turns[v] for v in variants if v in cfg.counselor_turns},
              **{f"counselor_prompts.{v}": cfg.counselor_prompts[v] for v in variants if v in cfg.counselor_prompts}}
-    return {"prompt_version": cfg.prompt_version, "rounds": cfg.rounds,
+    return {"prompt_version": cfg.prompt_version, "rounds": cfg.rounds, "language": cfg.language,
             **{f"{k} sha256": _sha256(ref, k) for k, ref in files.items()}}
 
 

@@ -370,3 +370,12 @@ def test_a_response_mode_session_drafts_reflects_and_rewrites_every_counselor_tu
     # a prompt-mode (or iteration-0) session has no per-turn calls
     (plain,), _ = build_specs([plan.model_copy(update={"mode": "prompt"})], cards, cfg)
     assert plain.agents[1].revisions == [] and "feedback" not in plain.fields
+
+
+def test_the_sessions_run_in_the_data_language(tmp_path, conf):
+    write_cards(tmp_path / "run", {"c1": "public"})
+    cfg = _cfg(tmp_path, language="zh")
+    cards = ok_cards(tmp_path / "run")
+    (spec, *_), _ = build_specs(base_plans(cards, cfg), cards, cfg)
+    for agent in spec.agents:
+        assert agent.template.endswith("Write everything you write in Chinese (简体中文).")
