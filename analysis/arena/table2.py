@@ -137,11 +137,15 @@ def evaluator_names(scores: pd.DataFrame) -> list[str]:
 
 def per_evaluator(scores: pd.DataFrame, rubrics: Mapping[str, Rubric], sessions: pd.DataFrame,
                   frame_of) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
-    """judge -> (its session frame, its printed Table 2), its scores only. `frame_of(sessions,
-    results)` builds the session frame (`analysis.arena.data.session_frame`)."""
+    """judge -> (its session frame, its printed Table 2), its scores only, for each evaluator that
+    filled in every scale. `frame_of(sessions, results)` builds the session frame
+    (`analysis.arena.data.session_frame`)."""
     out = {}
     s = session_scores(scores)
+    names = {r.name for r in rubrics.values()}
     for judge in evaluator_names(scores):
+        if set(s.loc[s[JUDGE] == judge, "rubric"]) < names:
+            continue  # an evaluator of some scales only (an older run's split roles) has no Table 2 of its own
         frame = frame_of(sessions, session_results(s[s[JUDGE] == judge], rubrics))
         out[judge] = (frame, table2_printed(frame, rubrics))
     return out

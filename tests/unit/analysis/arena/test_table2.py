@@ -129,3 +129,8 @@ def test_topic_coverage_per_theme():
     assert t.loc["sleep"].tolist() == [1, 1, 2, 1, ""]
     assert t.loc["social"].tolist() == [2, 1, 1, 1, "grief"]
     assert t.loc["all"].tolist() == [3, 2, 3, 2, "grief"]
+
+
+def test_an_evaluator_of_one_scale_only_gets_no_table_of_its_own(tmp_path):
+    scores = load_scores(build_run(tmp_path))  # helpers: client-sim, sup1/sup2 and m1 each fill one scale
+    assert t2.per_evaluator(scores, RUBRICS, None, session_frame) == {}

@@ -471,3 +471,23 @@ def test_response_mode_writes_the_feedback_and_reruns_with_every_turn_rewritten(
     kb = load_knowledge_base()
     assert plan.methods == kb.guide_text([kb.method(m) for m in it["methods"]]) and plan.methods
     assert "rewriting every counselor response" in capsys.readouterr().out
+
+
+def test_a_failed_feedback_call_is_an_error_row_and_no_reflection_is_asked():
+    sid = "c1|counselor-a|vanilla|it1"
+    rows = reflect_rows([sid]).assign(feedback_model=COUNSELOR, feedback_prompt="write feedback", feedback=None,
+                                      feedback_items="items", mode="prompt", counselor_prompt="Be kind.")
+    sent: list = []
+    m = counselor_model()
+    stage = ReflectStage(endpoints_to_spec({m.name: Endpoint(m, m.base_url)}), 1.0, "public",
+                         overrides={"max_tokens": 800}, run_id="t", feedback_overrides={"max_tokens": 64})
+
+    async def chat(model, messages, params, *, response_format, sensitivity, request_key):
+        sent.append(request_key)
+        return ChatResult(status=STATUS_ERROR, error="HTTP 503", attempts=2, prompt_tokens=None)
+
+    stage.client.chat = chat
+    out = asyncio.run(stage(rows)).to_pandas().iloc[0]
+    assert sent == [f"{sid}#feedback"]  # the reflection is not asked without feedback
+    assert out["status"] == STATUS_ERROR and out["error"] == f"feedback writer {COUNSELOR}: HTTP 503"
+    assert out["feedback_items"] == "items" and pd.isna(out["feedback"])
