@@ -20,5 +20,5 @@ from jobs.dialogue.rules import Countdown, DialogueRules, Phase
 from jobs.dialogue.stage import DialogueStage, strictest
 
 __all__ = ["AgentSpec", "Cleaned", "Countdown", "DialogueResult", "DialogueRules", "DialogueSpec",
-           "DialogueStage", "Phase", "RevisionStep", "check_dialogues", "clean_utterance", "plan_rows", "run_dialogue",
-           "run_dialogues", "strictest"]
+           "DialogueStage", "Phase", "RevisionStep", "check_dialogues", "clean_utterance", "plan_rows",
+           "run_dialogue", "run_dialogues", "strictest"]
