@@ -17,12 +17,14 @@ COLUMNS = ["card_id", "theme", "topic", "selected", "rule"]
 
 
 def load_selection(run_dir) -> pd.DataFrame | None:
-    return read_folder(run_dir, SELECTION_DIR, COLUMNS)
+    """The selection, one row per card id (a re-run of the cards step appends; its rows win)."""
+    df = read_folder(run_dir, SELECTION_DIR, COLUMNS)
+    return None if df is None else df.drop_duplicates("card_id", keep="last").reset_index(drop=True)
 
 
 def coverage_table(selection: pd.DataFrame) -> pd.DataFrame:
     """Per theme (then `all`): `topics` in the taxonomy, `covered` (with a chosen card), `pooled`
-    cards, `chosen` cards, and `missing` (the topics without a card)."""
+    cards, `chosen` cards, and `missing` (the topics without a card; for `all`, how many)."""
     s = selection.assign(none=selection["card_id"].astype(str).str.startswith(NONE_PREFIX),
                          selected=selection["selected"].fillna(False).astype(bool))
     rows = []
@@ -30,7 +32,8 @@ def coverage_table(selection: pd.DataFrame) -> pd.DataFrame:
         cards = g[~g["none"]]
         rows.append({"theme": theme, "topics": g["topic"].nunique(), "covered": cards.loc[cards["selected"], "topic"].nunique(),
                      "pooled": len(cards), "chosen": int(cards["selected"].sum()),
-                     "missing": ", ".join(sorted(g.loc[g["none"], "topic"]))})
+                     "missing": (f"{int(g['none'].sum())} topic(s)" if theme == "all"
+                                 else ", ".join(sorted(g.loc[g["none"], "topic"])))})
     return pd.DataFrame(rows).set_index("theme")
 
 

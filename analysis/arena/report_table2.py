@@ -37,7 +37,7 @@ def table2_printed_part(w: ReportWriter, sec: Section, frame: pd.DataFrame, rubr
     if len(mine):
         who = ", ".join(f"{html.escape(str(m))} ({int(n)} session(s))" for m, n in mine["sessions"].items())
         w.text(sec, f"<b>Self-rated:</b> the counselor scale of these counselors' sessions was filled in by the "
-                    f"counselor model itself (self_assessment=true, not the paper's fixed evaluator): {who}. "
+                    f"counselor model itself (self_assessment=true, or an evaluator that is also the model under test, as in the demo): {who}. "
                     "Their counselor-scale scores and overall passes are not comparable with fixed-evaluator ones.",
                "note")
 

@@ -128,9 +128,22 @@ def test_topic_coverage_per_theme():
     t = coverage_table(sel)
     assert t.loc["sleep"].tolist() == [1, 1, 2, 1, ""]
     assert t.loc["social"].tolist() == [2, 1, 1, 1, "grief"]
-    assert t.loc["all"].tolist() == [3, 2, 3, 2, "grief"]
+    assert t.loc["all"].tolist() == [3, 2, 3, 2, "1 topic(s)"]
 
 
 def test_an_evaluator_of_one_scale_only_gets_no_table_of_its_own(tmp_path):
     scores = load_scores(build_run(tmp_path))  # helpers: client-sim, sup1/sup2 and m1 each fill one scale
     assert t2.per_evaluator(scores, RUBRICS, None, session_frame) == {}
+
+
+def test_a_rewritten_selection_counts_each_card_once(tmp_path):
+    """Regression: the cards step appends its selection on every run; the report counted the
+    demo's one card three times after three runs."""
+    from analysis.arena.coverage import coverage_table, load_selection
+    from jobs.arena.schemas import CARD_SELECTION
+    from jobs.store import TableStore
+
+    row = {"card_id": "c1", "theme": "sleep", "topic": "insomnia", "selected": True, "rule": "one_per_topic"}
+    for _ in range(3):
+        TableStore(tmp_path, CARD_SELECTION, writer=True).append([row])
+    assert coverage_table(load_selection(tmp_path)).loc["all", "pooled"] == 1
