@@ -35,6 +35,14 @@ def write_model_dir(tmp: Path, name: str, base_url: str, **fields) -> Path:
     return tmp
 
 
+def fake_judges(monkeypatch, tmp: Path, base_url: str, names=("judge1",), **fields) -> None:
+    """Model files for fake external models in `tmp/model/`, found first on the config search
+    path (`$EVALCLUSTER_SEARCHPATH`: how a deployment adds its own files, here a test's)."""
+    for n in names:
+        write_model_dir(tmp, n, base_url, **fields)
+    monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(tmp))
+
+
 def job_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

@@ -10,6 +10,12 @@ job code; item names and pass marks come from the three scale rubric files.
 - `data`       the run's tables, the scale rubrics, sessions joined with their results
 - `tables`     Table 2, pass rate per iteration, themes, items, before/after, cards, sessions
 - `agreement`  human expert rankings vs the evaluation: Cohen's kappa and Spearman's rho
+- `table2`     Table 2 as printed (mean item scores), δ pass rate, Wilson intervals, McNemar,
+               one Table 2 per evaluator, kappa between evaluators, ranking changes, self-ratings
+- `experts`    ranks -> points (Figure 3), Table 3's Avg row, experts' agreement with each other
+- `coverage`   topic coverage of the chosen cards (one per topic)
+- `modes`      `python -m analysis.arena.modes RUN_A RUN_B`: the two optimization modes compared
+- `report_table2`  the report's parts for the above
 - `report`     `build_report(run_dir)`: report.html, tables/, figures/; `headline(run_dir)`
 
 `passing` is kept free of the report's imports: the optimization job imports it cheaply.

@@ -24,6 +24,8 @@ from matplotlib.figure import Figure
 
 from analysis import figures
 from analysis.arena import agreement as ag
+from analysis.arena.coverage import coverage_part
+from analysis.arena import report_table2 as rt2
 from analysis.arena import tables as tb
 from analysis.arena.data import (
     CARDS_DIR, COUNSELOR, ITERATION, ITERATIONS_DIR, LOWEST_ITEMS, OVERALL, RANKINGS_DIR, SESSIONS_DIR, VARIANT,
@@ -82,12 +84,13 @@ def _scales_text(scales: Scales) -> str:
 
 # --- sections ------------------------------------------------------------------------------------
 
-def _cards(w: ReportWriter, cards: pd.DataFrame | None) -> None:
+def _cards(w: ReportWriter, cards: pd.DataFrame | None, run_dir: Path) -> None:
     sec = w.section("cards", "Client cards")
     if cards is None or cards.empty:
         w.missing(sec, f"The run has no {CARDS_DIR} table: no client cards to describe.")
         return
     t = tb.card_tables(cards)
+    coverage_part(w, sec, run_dir)
     w.table(sec, t["status"], "cards_status", "Client cards per status",
             "ok: a card the sessions use; invalid (a required field missing or out of the taxonomy), parse_error "
             "(the extractor's answer was no JSON card) and error (the call failed) keep their reason.")
@@ -120,15 +123,16 @@ def _sessions(w: ReportWriter, sessions: pd.DataFrame | None, frame: pd.DataFram
             "parse_error: no readable value; error: the evaluator's call failed.")
 
 
-def _table2(w: ReportWriter, frame: pd.DataFrame, rubrics) -> None:
+def _table2(w: ReportWriter, frame: pd.DataFrame, rubrics, scores: pd.DataFrame, sessions) -> None:
     sec = w.section("table2", "Table 2. Mean scores and pass rates per counselor, vanilla vs psycho")
     t2 = tb.table2(frame, rubrics)
     if t2.empty:
         w.missing(sec, "No iteration-0 session in this run: no Table 2.")
         return
+    rt2.table2_printed_part(w, sec, frame, rubrics, scores)
     w.file_only(t2, "table2_long", "Table 2 (one row per counselor and variant)", digits=3)
-    w.table(sec, tb.side_by_side(t2, drop=("n_evaluated", "n_overall")), "table2", "Table 2. Iteration 0: mean total and pass rate per scale, overall "
-            "pass rate, per counselor and prompt variant",
+    w.table(sec, tb.side_by_side(t2, drop=("n_evaluated", "n_overall")), "table2", "Table 2 (totals). Iteration 0: mean total and pass rate per scale, "
+            "overall pass rate, per counselor and prompt variant",
             "n_sessions: iteration-0 sessions run (tables/table2_long.csv adds n_evaluated, all three scales "
             "valid, and n_overall, the sessions whose three passes are known). &lt;role&gt;_mean: mean total over "
             "the sessions where it is valid; pass rates are shares (0-1) of the sessions whose pass is known.",
@@ -140,6 +144,7 @@ def _table2(w: ReportWriter, frame: pd.DataFrame, rubrics) -> None:
         w.figure(sec, figures.grouped_bars(rates, w.figures_dir / "table2_pass_rates.png",
                                            "Pass rate per scale at iteration 0", "pass rate", zero_line=False),
                  "Figure. Pass rate per scale and overall (groups), one bar per counselor/variant.")
+    rt2.evaluators_part(w, sec, scores, sessions, rubrics)
 
 
 def _items(w: ReportWriter, items: pd.DataFrame, frame: pd.DataFrame) -> None:
@@ -209,6 +214,7 @@ def _optimization(w: ReportWriter, frame: pd.DataFrame, items: pd.DataFrame, rub
     overall = tb.iteration_curves(per, OVERALL)
     overall["all chains"] = pooled[pooled[tb.MEASURE] == OVERALL].set_index(ITERATION)["pass_rate"]
     n = pooled[pooled[tb.MEASURE] == OVERALL].set_index(ITERATION)[tb.N].rename("n chains (all)")
+    rt2.figure4_wilson_part(w, sec, per)
     w.table(sec, overall.join(n), "figure4_overall", "Figure 4. Overall pass rate after each optimization iteration",
             "Each chain (card x counselor x variant) counts its latest evaluated session up to iteration k; "
             "iteration 0 is before any optimization. Per scale: tables/pass_by_iteration.csv.", digits=3)
@@ -233,6 +239,7 @@ def _optimization(w: ReportWriter, frame: pd.DataFrame, items: pd.DataFrame, rub
                 "Mean score of each item and scale total before (iteration 0) and after (last iteration), "
                 "over the optimized chains",
                 "change = after - before; n = chains with the item valid in both sessions.", digits=2)
+    rt2.mcnemar_part(w, sec, frame)
     w.file_only(chains, "optimization_chains", "Each optimized chain: its sessions, totals and passes")
     if iterations is not None and len(iterations):
         fed = iterations.explode(LOWEST_ITEMS)[LOWEST_ITEMS].dropna()
@@ -268,6 +275,7 @@ def _agreement(w: ReportWriter, rankings: pd.DataFrame | None, frame: pd.DataFra
             f"cards); per expert below the pooled row. NA below {ag.MIN_SPEARMAN_PAIRS} pairs or when one side is "
             "constant. p: two-sided, uncorrected.", digits=3)
     w.file_only(t["pairs"], "agreement_pairs", "Each expert rank beside the evaluation's rank")
+    rt2.experts_part(w, sec, t, rankings)
 
 
 # --- entry points --------------------------------------------------------------------------------
@@ -310,7 +318,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
         rated = ag.human_rankings(scores, sessions, found.rubrics)
         if len(rated):
             rankings = rated if rankings is None else pd.concat([rankings, rated], ignore_index=True)
-    _cards(w, cards)
+    _cards(w, cards, run_dir)
     _sessions(w, sessions, frame, scores)
     if frame is None or frame.empty:
         why = ("No session in this run: nothing to score." if found.complete else
@@ -323,7 +331,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
             _sec_missing(w, sid, title, why)
     else:
         rubrics = found.rubrics
-        _table2(w, frame, rubrics)
+        _table2(w, frame, rubrics, scores, sessions)
         _items(w, items, frame)
         _themes(w, frame, rubrics)
         _optimization(w, frame, items, rubrics, iterations)

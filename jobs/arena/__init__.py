@@ -6,7 +6,9 @@ the session, and a closed loop improves the counselor (`../shared/DESIGN.md`, pa
 Steps (each `jobs/arena/<step>.py` with `run(cfg)`; `jobs/arena/config.py` is the whole chain):
 cards (NPC client cards from help-seeking posts or a cards file) -> sessions (the shared dialogue
 engine, three client phases by round) -> evaluate (client, supervisor and counselor scales through
-the shared rubric engine, into the one scores table) -> optimize (feedback on the lowest items,
-grounded in the counseling-methods knowledge base; the counselor reflects and rewrites its prompt;
-re-run, re-evaluated, per iteration) -> rankings (human expert rankings from CSV) -> report.
+the shared rubric engine, into the one scores table, filled in by fixed evaluators) -> optimize
+(feedback on the lowest items written by a model, grounded in the counseling-methods knowledge
+base; the session restarts and every counselor turn is drafted, reflected on and rewritten, or
+with `optimize.mode=prompt` the counselor rewrites its prompt; re-evaluated, per iteration) ->
+rankings (human expert rankings from CSV; `expert_sample` draws the blinded sample) -> report.
 """

@@ -43,8 +43,10 @@ from pydantic import Field, model_validator
 from jobs.arena.card import (
     CONTENT_FIELDS, card_from_mapping, extraction_schema, field_name, table_row, with_theme,
 )
-from jobs.arena.common import ArenaRunConfig
+from jobs.arena.common import ArenaRunConfig, language_note
+from jobs.arena.psyqa import hint_text, load_keyword_map, read_psyqa, topic_hints
 from jobs.arena.schemas import CARDS
+from jobs.arena.selection import write_selection
 from jobs.arena.taxonomy import Taxonomy, load_taxonomy
 from jobs.config import ColumnMapping, DatasetConfig
 from jobs.core.preflight import summarize
@@ -97,6 +99,11 @@ class CardSourceConfig(DatasetConfig):
         "marital_status, cultural_background, personality_traits, emotional_state, current_distress, "
         "distress_description, theme, topic) or source_id / post; {} (default): columns named as the fields.")
 
+    keyword_topics: str | None = Field(
+        None, description="kind posts: a keyword -> topic map (conf/arena/psyqa_keywords.yaml) for a source in "
+        "PsyQA's layout; each post's keywords and their topic are shown to the extractor as a hint.")
+    keywords_column: str | None = Field(None, description="The posts' keywords field (PsyQA: keywords).")
+
     @model_validator(mode="after")
     def _kind_fits(self) -> "CardSourceConfig":
         if self.kind == "posts" and not self.columns.context:
@@ -115,7 +122,7 @@ class CardSourceConfig(DatasetConfig):
 
     def posts_dataset(self) -> DatasetConfig:
         """This source as the shared reader's `DatasetConfig` (kind posts)."""
-        return DatasetConfig(**self.model_dump(exclude={"kind", "card_columns"}))
+        return DatasetConfig(**self.model_dump(exclude={"kind", "card_columns", "keyword_topics", "keywords_column"}))
 
 
 def _extractor_defaults() -> GenerationOverrides:
@@ -133,6 +140,9 @@ class CardsConfig(ArenaRunConfig):
         description="Overrides of the extractor's sampling (default: temperature 0, 400 tokens: a card is ~300).")
     extract_prompt: str = Field(
         "arena/card_extract.txt", description="The extraction prompt (`{post}`, `{taxonomy}`), on the config search path.")
+    card_selection: Literal["one_per_topic", "all"] = Field(
+        "one_per_topic", description="one_per_topic (the paper): from the pool of ok cards (`dataset.limit` "
+        "posts), one card per topic by the rule of `jobs.arena.selection`; all: every ok card.")
 
 
 # --- the extraction stage -------------------------------------------------------------------------
@@ -235,6 +245,19 @@ def extract_prompt(ref: str) -> tuple[str, str]:
     return text, f"card-extract-{_sha256(text)[:12]}"
 
 
+def post_hints(cfg: CardsConfig, taxonomy: Taxonomy) -> dict[str, str]:
+    """Post id -> the keyword hint appended to it (a source in PsyQA's layout with a keyword map);
+    {} otherwise."""
+    ds = cfg.dataset
+    if not ds.keyword_topics:
+        return {}
+    items = read_psyqa(ds.posts_dataset().resolved_path(), ds.encoding)
+    mapping = load_keyword_map(ds.keyword_topics, taxonomy)
+    id_field = ds.columns.id or "questionID"
+    hints = topic_hints(items, mapping, id_field, ds.keywords_column or "keywords")
+    return {pid: hint_text(kws, topic, taxonomy) for pid, (kws, topic) in hints.items()}
+
+
 def run_posts(cfg: CardsConfig, taxonomy: Taxonomy) -> int:
     run_dir = Path(cfg.run_dir)
     ds = cfg.dataset.posts_dataset()
@@ -253,7 +276,9 @@ def run_posts(cfg: CardsConfig, taxonomy: Taxonomy) -> int:
     grew = record_inputs(run_dir, "cards", decides={
         "kind": "posts", "dataset": ds.name, "dataset_file": file_fingerprint(ds.resolved_path()),
         "dataset_columns": ds.columns.model_dump(), "extract_prompt": cfg.extract_prompt,
-        "extract_prompt_sha256": _sha256(template), "taxonomy": taxonomy.version,
+        "extract_prompt_sha256": _sha256(template), "taxonomy": taxonomy.version, "language": cfg.language,
+        "keyword_topics": file_fingerprint(find_file(cfg.dataset.keyword_topics)) if cfg.dataset.keyword_topics
+        else None,
     }, may_grow={"dataset.limit": ds.limit, "extractor": extractor, "dataset_path": str(ds.resolved_path())},
         write=not cfg.dry_run)
     for line in grew:
@@ -268,9 +293,11 @@ def run_posts(cfg: CardsConfig, taxonomy: Taxonomy) -> int:
             print(f"resume: {dropped} card(s) that failed in an earlier run will be extracted again", flush=True)
     done = {k[0] for k in store.existing_keys()}
     listing = taxonomy.describe()
+    hints = post_hints(cfg, taxonomy)
     todo = pd.DataFrame(
         [{"card_id": cid, "source_id": cid, "post": post, "model": extractor,
-          "prompt": render_extract_prompt(template, post, listing)}
+          "prompt": render_extract_prompt(template, post + hints.get(str(cid), ""), listing)
+          + language_note(cfg.language)}
          for cid, post in zip(posts["context_id"], posts["context"]) if cid not in done],
         columns=["card_id", "source_id", "post", "model", "prompt"])
     print(f"cards: {len(posts)} post(s) of {ds.name}, {len(posts) - len(todo)} already carded, {len(todo)} "
@@ -312,5 +339,9 @@ def run(cfg: CardsConfig) -> int:
     if cfg.dataset.kind == "cards":
         from jobs.arena.cardfile import run_file  # it imports this module's config
 
-        return run_file(cfg, taxonomy)
-    return run_posts(cfg, taxonomy)
+        code = run_file(cfg, taxonomy)
+    else:
+        code = run_posts(cfg, taxonomy)
+    if not cfg.dry_run and code < 2:
+        print(write_selection(cfg.run_dir, taxonomy, cfg.card_selection), flush=True)
+    return code

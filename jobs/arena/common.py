@@ -1,6 +1,6 @@
 """The keys every Ψ-Arena step reads, with the same names as the other methods where the meaning
 is the same: `models` (the counselors under test), `judges` (the supervisor evaluators),
-`client_model` (the client simulator, which also fills in the client scale), `generation` (the
+`client_model` (the client simulator), `evaluator` (who fills in the three scales), `generation` (the
 counselors' sampling), `run_dir`, plus `rounds`, `variants` and `iterations`.
 """
 
@@ -14,14 +14,35 @@ from jobs.core.modelconfig import GenerationOverrides
 # The counselor prompts of the paper's Table 2: a plain assistant and a counseling prompt.
 DEFAULT_COUNSELOR_PROMPTS = {"vanilla": "arena/counselor_vanilla.txt", "psycho": "arena/counselor_psycho.txt"}
 DEFAULT_SCALES = {"client": "arena_client", "supervisor": "arena_supervisor", "counselor": "arena_counselor"}
+# The language of the cards and the sessions: the prompts are written in English and ask for this.
+LANGUAGE_NAMES = {"en": "English", "zh": "Chinese (简体中文)"}
+
+
+def language_note(language: str) -> str:
+    """The line every generating prompt ends with when the run's language is not English."""
+    if language == "en":
+        return ""
+    return f"\n\nWrite everything you write in {LANGUAGE_NAMES.get(language, language)}."
 
 
 class ArenaRunConfig(RunConfig):
     """What every Ψ-Arena step has."""
 
     models: list[str] = Field(min_length=1, description="The counselor models under test (conf/model/).")
-    client_model: str = Field(description="The client simulator (conf/model/); it also scores the client scale.")
-    judges: list[str] = Field(default_factory=list, description="The supervisor evaluators (conf/model/).")
+    client_model: str = Field(description="The client simulator (conf/model/).")
+    judges: list[str] = Field(
+        default_factory=list,
+        description="The evaluator models (conf/model/) when `evaluator` is not set: each fills in all three "
+        "scales (several: the report gives each one's Table 2 and the agreement between them).")
+    evaluator: str | dict[str, str] | None = Field(
+        None,
+        description="Who fills in the scales: one model for all three (the paper: one strong model plays the "
+        "client, the supervisor and the counselor for assessment), or one per role {client: A, supervisor: B, "
+        "counselor: C}; null: every model of `judges`, each on all three scales.")
+    self_assessment: bool = Field(
+        False,
+        description="true: the counselor scale is filled in by the model under test about its own session "
+        "(not the paper's; the report flags such scores); false: by the evaluator.")
     variants: list[str] = Field(
         default_factory=lambda: ["vanilla", "psycho"],
         description="The counselor prompt variants to run (keys of counselor_prompts).",
@@ -48,6 +69,8 @@ class ArenaRunConfig(RunConfig):
     )
     max_repairs: int = Field(1, ge=0, le=3, description="Repair requests when an evaluator's answer cannot be parsed.")
     prompt_version: str = Field("arena-2026-11", description="Recorded on every session.")
+    language: str = Field("en", description="The language of the cards and sessions (the data's: zh for PsyQA); the "
+                          "card, client, counselor, feedback and per-turn prompts ask for it. en, zh, or a name.")
 
     @model_validator(mode="after")
     def _variants_known(self) -> "ArenaRunConfig":
@@ -60,4 +83,29 @@ class ArenaRunConfig(RunConfig):
         missing = sorted({"client", "supervisor", "counselor"} - set(self.scales))
         if missing:
             raise ValueError(f"scales lacks {missing}: the tripartite evaluation needs a rubric for each perspective")
+        if isinstance(self.evaluator, dict):
+            lacking = sorted(set(self.scales) - set(self.evaluator))
+            unknown = sorted(set(self.evaluator) - set(self.scales))
+            if lacking or unknown:
+                raise ValueError(f"evaluator: one model per role needs exactly the roles {sorted(self.scales)} "
+                                 f"(lacks {lacking}, unknown {unknown}); or give one model for all three")
         return self
+
+    def evaluators(self, role: str, counselor: str) -> list[str]:
+        """Who fills in `role`'s scale for a session of `counselor` (see `evaluator`, `judges`,
+        `self_assessment`)."""
+        if role == "counselor" and self.self_assessment:
+            return [counselor]
+        if isinstance(self.evaluator, dict):
+            return [self.evaluator[role]]
+        if isinstance(self.evaluator, str):
+            return [self.evaluator]
+        return list(self.judges)
+
+    def evaluator_names(self) -> list[str]:
+        """Every evaluator model of the run except the self-assessing counselors, in order."""
+        if isinstance(self.evaluator, dict):
+            names = [self.evaluator[r] for r in self.scales if not (r == "counselor" and self.self_assessment)]
+        else:
+            names = [self.evaluator] if isinstance(self.evaluator, str) else list(self.judges)
+        return list(dict.fromkeys(names))

@@ -3,9 +3,10 @@
 `jobs.pipeline` finds it as `PIPELINE_CONFIG` because the experiment says `method: arena`. Each
 step keeps the keys it reads in its own module; this class is their union, with the same names
 as the other methods where the meaning is the same: `models` (the counselors under test),
-`judges` (the supervisor evaluators), `dataset` (the card source: `dataset.limit=` cards),
-`run_dir`, `generation` (the counselors' sampling), plus `client_model` (the client simulator),
-`rounds` and `iterations`.
+`judges` (evaluators when `evaluator` is unset), `dataset` (the card source: `dataset.limit=`
+posts in the pool), `run_dir`, `generation` (the counselors' sampling), plus `client_model` (the
+client simulator), `evaluator` (who fills in the three scales), `rounds`, `iterations`,
+`optimize.mode` (response, the paper's; prompt) and `language`.
 """
 
 from __future__ import annotations

@@ -6,10 +6,12 @@ The method, as the code runs it (the paper's section 4; the shared rubric engine
 `jobs.judge.judge_planned`; each rubric file says what is asked):
 1. read the run's sessions (`RUN_DIR/sessions/`, status ok: every round done) and the cards they
    role-play (`RUN_DIR/cards/`: the rendered card and its source's sensitivity);
-2. one scale per evaluator role (`scales`): the client scale (16 items, 0-4, pass above 42) filled
-   in by the client simulator (`client_model`), the supervisor scale (8 items, 0-4, pass above 24)
-   by each supervisor model (`judges`), the counselor self-assessment (9 items, 0-5, pass above
-   35) by the session's own counselor model; each evaluator reads the whole transcript
+2. one scale per evaluator role (`scales`): the client scale (16 items, 0-4, pass above 42), the
+   supervisor scale (8 items, 0-4, pass above 24) and the counselor scale (9 items, 0-5, pass
+   above 35), all filled in by fixed evaluators (`evaluator`: one model for all three, as the
+   paper's one strong model, or one per role; unset: each model of `judges` on all three); the
+   model under test rates its own session only with `self_assessment=true` (the report flags
+   those scores); each evaluator reads the whole transcript
    (`Client: ...` / `Counselor: ...`) and, where its rubric asks, the card and the counselor's
    system prompt;
 3. refuse before any call if a restricted card's session would reach an external evaluator: a
@@ -33,7 +35,9 @@ from typing import Iterable
 import pandas as pd
 
 from jobs.arena.common import ArenaRunConfig
-from jobs.arena.schemas import CARDS, ROLE_CLIENT, ROLE_COUNSELOR, ROLE_SUPERVISOR, SCALES, SESSIONS, SUBJECT_SESSION
+from jobs.arena.schemas import CARDS, SCALES, SESSIONS, SUBJECT_SESSION
+from jobs.arena.selection import planned_card_count
+from jobs.arena.taxonomy import load_taxonomy
 from jobs.dialogue import strictest
 from jobs.core.rubric import Rubric, load_rubric
 from jobs.runner import plan_text
@@ -42,7 +46,7 @@ from jobs.core.store import TableStore
 from jobs.core.configfiles import ConfigError, load_model
 from serving.governance import check_all
 
-__all__ = ["EVAL_PLACEHOLDERS", "EvaluateConfig", "cards_sensitivity", "check_rubric", "evaluate_sessions",
+__all__ = ["EVAL_PLACEHOLDERS", "EvaluateConfig", "cards_sensitivity", "check_evaluators", "check_rubric", "evaluate_sessions",
            "evaluators", "load_scales", "ok_sessions", "plan_scale", "run"]
 
 # What a session evaluator can fill a rubric's placeholders with.
@@ -87,14 +91,20 @@ def load_scales(cfg: ArenaRunConfig) -> dict[str, Rubric]:
 
 
 def evaluators(role: str, cfg: ArenaRunConfig, counselor: str) -> list[str]:
-    """Who fills in `role`'s scale for a session of `counselor`."""
-    if role == ROLE_CLIENT:
-        return [cfg.client_model]
-    if role == ROLE_SUPERVISOR:
-        return list(cfg.judges)
-    if role == ROLE_COUNSELOR:
-        return [counselor]
-    raise ConfigError(f"scales: unknown evaluator role {role!r}; the roles are {list(SCALES)}")
+    """Who fills in `role`'s scale for a session of `counselor` (`ArenaRunConfig.evaluators`)."""
+    if role not in SCALES:
+        raise ConfigError(f"scales: unknown evaluator role {role!r}; the roles are {list(SCALES)}")
+    return cfg.evaluators(role, counselor)
+
+
+def check_evaluators(cfg: ArenaRunConfig) -> None:
+    """At least one evaluator, else a `ConfigError` saying what to set."""
+    if not cfg.evaluator_names() and not cfg.self_assessment:
+        raise ConfigError("no evaluator: set evaluator=MODEL (one model fills in all three scales, as the paper) "
+                          "or evaluator={client: A, supervisor: B, counselor: C}, or judges=[model,...] "
+                          "(model files in conf/model/)")
+    if not cfg.evaluator_names():
+        raise ConfigError("no evaluator for the client and supervisor scales: set evaluator=MODEL or judges=[...]")
 
 
 # --- reading the run ------------------------------------------------------------------------------
@@ -159,7 +169,7 @@ def planned_sessions(cfg: ArenaRunConfig, run_dir: Path) -> int | None:
         c = cards.read(columns=["status"])
         n_cards = int((c["status"] == STATUS_OK).sum())
     else:
-        n_cards = getattr(getattr(cfg, "dataset", None), "limit", None)
+        n_cards = planned_card_count(cfg, len(load_taxonomy().topic_ids()))
     return n_cards * len(cfg.models) * len(cfg.variants) if n_cards else None
 
 
@@ -168,10 +178,7 @@ def print_plan(cfg: ArenaRunConfig, desc: str, n_sessions: int, rubrics: dict[st
     per_counselor = n_sessions // max(1, len(cfg.models))
     print(f"{desc} (planned): {n_sessions} session(s), each on {len(rubrics)} scale(s)", flush=True)
     for role, rubric in rubrics.items():
-        if role == ROLE_COUNSELOR:
-            names = [m for m in cfg.models for _ in range(per_counselor)]
-        else:
-            names = [j for j in evaluators(role, cfg, "") for _ in range(n_sessions)]
+        names = [j for m in cfg.models for j in evaluators(role, cfg, m) for _ in range(per_counselor)]
         models = [load_model(n) for n in dict.fromkeys(names)]
         print(f"{desc}:{role} (planned): rubric {rubric.name!r}, {len(names)} call(s)", flush=True)
         print(plan_text(models, pd.DataFrame({"model": names}), cfg.judge_generation), flush=True)
@@ -186,14 +193,12 @@ def evaluate_sessions(cfg: ArenaRunConfig, session_ids: set[str] | None = None, 
     Returns the worst exit code of the three judging loops (2 > 1 > 0).
 
     Raises:
-        ConfigError: no supervisors (`judges` empty), a scale that is not a session rubric of
+        ConfigError: no evaluator (`evaluator` and `judges` unset), a scale that is not a session rubric of
             its role, or no sessions table (the sessions step has not run).
         DataGovernanceError: a restricted card's session would reach an external evaluator;
             raised before any call.
     """
-    if not cfg.judges:
-        raise ConfigError("no judges: the supervisor scale needs at least one supervisor model; set "
-                          "judges=[model,...] (model files in conf/model/)")
+    check_evaluators(cfg)
     rubrics = load_scales(cfg)  # fail early on a bad rubric file
     run_dir = Path(cfg.run_dir)
     if not TableStore(run_dir, SESSIONS).parts():
@@ -221,9 +226,9 @@ def evaluate_sessions(cfg: ArenaRunConfig, session_ids: set[str] | None = None, 
     # A scale's version decides what its scores mean: another version on this run is refused;
     # more judges or models add rows.
     for line in record_inputs(run_dir, RECORD_JOB,
-                              decides={f"rubric {r.name}": r.version for r in rubrics.values()},
-                              may_grow={"judges": list(cfg.judges), "models": list(cfg.models),
-                                        "client_model": cfg.client_model},
+                              decides={**{f"rubric {r.name}": r.version for r in rubrics.values()},
+                                       "self_assessment": cfg.self_assessment},
+                              may_grow={"evaluators": cfg.evaluator_names(), "models": list(cfg.models)},
                               write=not cfg.dry_run):
         print(f"run: {line}", flush=True)
     if not cfg.dry_run:

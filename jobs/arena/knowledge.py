@@ -19,7 +19,9 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from jobs.core.base import StrictModel
 
 from jobs.arena.schemas import SCALES
 from jobs.core.configfiles import ConfigError, find_file, read_yaml, search_dirs, validated
@@ -28,11 +30,9 @@ DEFAULT_REF = "arena/knowledge_base.yaml"
 _ID = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Method(_Strict):
+class Method(StrictModel):
     """One counseling method (the file's `methods.<id>` entry)."""
 
     id: str = Field(description="The method's key in the file: what ITERATIONS.methods records.")
@@ -63,7 +63,7 @@ class Method(_Strict):
         return v
 
 
-class KnowledgeBase(_Strict):
+class KnowledgeBase(StrictModel):
     """The methods in file order (the order that breaks ties in `methods_for`)."""
 
     version: str = "unversioned"

@@ -2,7 +2,8 @@
 
     python -m jobs.pipeline experiment=arena_demo iterations=2      (the chain runs this step)
 
-The method, as the code runs it (the paper's closed-loop optimization), for k = 1 .. `iterations`:
+The method, as the code runs it (the paper's closed-loop optimization), for k = 1 .. `iterations`
+(steps 2-3 as `optimize.mode: response`, the paper's and the default; `prompt` says how it differs):
 1. every chain (card x counselor x prompt variant) stands at its latest session before k; the
    chains whose latest session finished (status ok) and has all three scales evaluated are the
    candidates, and `optimize.select` picks which are improved: `failed` (default) the sessions
@@ -11,19 +12,19 @@ The method, as the code runs it (the paper's closed-loop optimization), for k = 
    waits (a re-run with `retry_failed` redoes it);
 2. for each picked session, the feedback (`jobs.arena.feedback`): its `lowest_items` lowest scale
    items with their definitions, anchors, scores and the evaluators' explanations, and the
-   knowledge base's `methods` methods for them with their guides; the session's own counselor
-   model reads `reflect.txt` (its current system prompt, the transcript, the feedback, the
-   guides) and answers JSON {reflection, revised_prompt} -> one `ITERATIONS` row;
-3. each rewritten prompt becomes the counselor's system prompt of a new session
-   `<card>|<counselor>|<variant>|it<k>` with the same card and client simulator, run through the
-   sessions step's machinery (`jobs.arena.sessions.run_sessions`);
+   knowledge base's `methods` methods for them with their guides; a model (`optimize.feedback_model`,
+   default the first evaluator) writes the feedback from them and the transcript -> one
+   `ITERATIONS` row;
+3. the session restarts as `<card>|<counselor>|<variant>|it<k>` with the same card, client
+   simulator and system prompt; in each round the counselor drafts its response, reflects on it
+   in the light of the feedback (`turn_reflect.txt`), rewrites it with the guides and its
+   reflection (`turn_rewrite.txt`), and the client answers the rewrite; the turns table keeps
+   draft, reflection and final with their call fields (the dialogue engine's `revisions`).
+   With `mode: prompt` instead, the counselor reads `reflect.txt` (its system prompt, the
+   transcript, the feedback, the guides), answers JSON {reflection, revised_prompt}, and the new
+   session runs with the rewritten prompt and no per-turn calls;
 4. the new sessions are evaluated on the three scales (`jobs.arena.evaluate.evaluate_sessions`);
 5. one line: sessions re-run and the chains' pass rate before and after the iteration.
-
-`optimize.mode` is `prompt`: the counselor rewrites its system prompt and the whole session is
-re-run. Rewriting individual counselor responses inside a finished transcript (the paper's other
-variant) is not implemented: a rewritten response would no longer be what the client simulator
-answered, so the session would have to be re-simulated anyway.
 
 Everything is keyed (ITERATIONS and SESSIONS by session id, scores by session, evaluator and
 scale), so an interrupted loop resumes at its last finished iteration: what is written is
@@ -42,21 +43,22 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from analysis.arena.passing import COMPLETE, OVERALL_PASS, item_scores, session_results
+from analysis.arena.passing import session_results
 from jobs.arena import evaluate as evaluate_step
 from jobs.arena import sessions as sessions_step
+from jobs.arena.chains import NO_METHODS, after_passes, chain_states, pass_counts, plan_reflections, select_parents
+from jobs.arena.common import language_note
 from jobs.arena.evaluate import EvaluateConfig
-from jobs.arena.feedback import build_feedback
 from jobs.arena.knowledge import load_knowledge_base
+from jobs.arena.optimize_plan import print_plan
 from jobs.arena.reflect import ReflectStage
-from jobs.arena.schemas import CARDS, ITERATIONS, SESSIONS, SUBJECT_SESSION, session_id
+from jobs.arena.schemas import CARDS, ITERATIONS, SESSIONS
 from jobs.arena.sessions import SessionsConfig
 from jobs.dialogue import strictest
-from jobs.dialogue.engine import render
 from jobs.core.preflight import FailureSummary, summarize
 from jobs.core.rubric import Rubric
 from jobs.core.rundir import check_writable, file_fingerprint, record_inputs
-from jobs.runner import plan_text, run_model_stage
+from jobs.runner import run_model_stage
 from jobs.core.schemas import SCORES, STATUS_OK
 from jobs.core.store import TableStore, read_table
 from jobs.core.modelconfig import GenerationOverrides
@@ -65,10 +67,8 @@ from serving.governance import check_governance
 
 __all__ = ["OptimizeConfig", "OptimizeSettings", "chain_states", "plan_reflections", "run", "select_parents"]
 
-CHAIN = ("card_id", "counselor", "variant")
 # What reflect.txt is filled with (one pass: a transcript that quotes `{feedback}` stays as is).
 REFLECT_PLACEHOLDERS = ("counselor_prompt", "transcript", "feedback", "methods")
-NO_METHODS = "(no method suggested)"
 
 
 class OptimizeSettings(BaseModel):
@@ -96,9 +96,22 @@ class OptimizeSettings(BaseModel):
         default_factory=lambda: GenerationOverrides(temperature=0.3, max_tokens=1024),
         description="The counselor's sampling when it reflects and rewrites its prompt (1024 tokens: a "
         "reflection and a whole system prompt; the psycho prompt alone is about 420).")
-    mode: Literal["prompt"] = Field(
-        "prompt", description="`prompt`: the counselor rewrites its system prompt and the session is re-run "
-        "(rewriting individual responses is not implemented).")
+    feedback: Literal["model", "template"] = Field(
+        "model", description="`model` (the paper): a model writes the feedback, reading the lowest items, their "
+        "anchors, the evaluators' explanations and the transcript (`feedback_prompt`); `template`: the material "
+        "itself is the feedback (no call).")
+    feedback_model: str | None = Field(
+        None, description="The model that writes the feedback (conf/model/); None: the run's first evaluator.")
+    feedback_prompt: str = Field("arena/feedback_writer.txt",
+                                 description="The feedback writer's prompt: {transcript}, {items}.")
+    feedback_generation: GenerationOverrides = Field(
+        default_factory=lambda: GenerationOverrides(temperature=0.0, max_tokens=600),
+        description="The feedback writer's sampling.")
+    mode: Literal["response", "prompt"] = Field(
+        "response", description="`response` (the paper): the session restarts and every counselor turn is drafted, "
+        "reflected on with the feedback and the methods, and rewritten; the client answers the rewrite. `prompt` "
+        "(cheaper: one call per session, none per turn): the counselor reflects once and rewrites its system "
+        "prompt, and the session is re-run with it.")
 
 
 class OptimizeConfig(SessionsConfig, EvaluateConfig):
@@ -106,100 +119,6 @@ class OptimizeConfig(SessionsConfig, EvaluateConfig):
 
     optimize: OptimizeSettings = Field(default_factory=OptimizeSettings,
                                        description="How the closed loop improves the counselors.")
-
-
-# --- choosing what to improve ---------------------------------------------------------------------
-
-
-def chain_states(sessions: pd.DataFrame, results: pd.DataFrame, before: int, models: list[str] | None = None,
-                 variants: list[str] | None = None, card_ids: set[str] | None = None) -> pd.DataFrame:
-    """Each chain's latest session of an iteration below `before`: the SESSIONS columns plus
-    `complete` and `overall_pass` (from `session_results`) and `usable` (status ok and fully
-    evaluated). Only the chains of `models`, `variants` and `card_ids` when given."""
-    s = sessions
-    if s.empty:
-        return s.assign(complete=pd.Series(dtype=bool), overall_pass=pd.Series(dtype="boolean"),
-                        usable=pd.Series(dtype=bool))
-    keep = s["iteration"].astype(int) < before
-    if models is not None:
-        keep &= s["counselor"].isin(models)
-    if variants is not None:
-        keep &= s["variant"].isin(variants)
-    if card_ids is not None:
-        keep &= s["card_id"].astype(str).isin(card_ids)
-    s = s[keep].assign(iteration=lambda d: d["iteration"].astype(int))
-    latest = s.sort_values([*CHAIN, "iteration"], kind="stable").groupby(list(CHAIN), sort=True).tail(1)
-    r = results[["subject_id", COMPLETE, OVERALL_PASS]] if not results.empty else pd.DataFrame(
-        {"subject_id": pd.Series(dtype=object), COMPLETE: pd.Series(dtype=bool),
-         OVERALL_PASS: pd.Series(dtype="boolean")})
-    out = latest.merge(r, left_on="session_id", right_on="subject_id", how="left").drop(columns="subject_id")
-    out[COMPLETE] = out[COMPLETE].astype("boolean").fillna(False).astype(bool)
-    out[OVERALL_PASS] = out[OVERALL_PASS].astype("boolean")
-    out["usable"] = out["status"].eq(STATUS_OK) & out[COMPLETE]
-    return out.sort_values(list(CHAIN), kind="stable").reset_index(drop=True)
-
-
-def select_parents(states: pd.DataFrame, select: str) -> pd.DataFrame:
-    """The chains' latest sessions to improve: usable ones, and with `failed` only those that did
-    not pass overall (a pass is carried forward)."""
-    usable = states[states["usable"]]
-    if select == "all":
-        return usable.reset_index(drop=True)
-    passed = usable[OVERALL_PASS].fillna(False).astype(bool)
-    return usable[~passed].reset_index(drop=True)
-
-
-def _explanations(scores: pd.DataFrame, rubrics: dict[str, Rubric], ids: set[str]) -> dict[str, dict[str, list[str]]]:
-    """session id -> role -> the explanations its evaluators wrote (one per evaluation)."""
-    role_of = {r.name: role for role, r in rubrics.items()}
-    out: dict[str, dict[str, list[str]]] = {}
-    if scores.empty:
-        return out
-    s = scores[scores["subject_type"].eq(SUBJECT_SESSION) & scores["subject_id"].isin(ids)
-               & scores["rubric"].isin(role_of) & scores["explanation"].notna()]
-    s = s.drop_duplicates(["subject_id", "judge", "rubric"]).sort_values(["subject_id", "rubric", "judge"])
-    for sid, rubric, text in zip(s["subject_id"], s["rubric"], s["explanation"]):
-        if str(text).strip():
-            out.setdefault(sid, {}).setdefault(role_of[rubric], []).append(str(text))
-    return out
-
-
-def plan_reflections(parents: pd.DataFrame, k: int, scores: pd.DataFrame, rubrics: dict[str, Rubric], kb: Any,
-                     settings: OptimizeSettings, template: str, sensitivity_of: dict[str, str],
-                     transcript_of: Any, prompt_of: dict[str, str] | None = None) -> pd.DataFrame:
-    """One reflection row per parent: the new session's id (iteration k), the feedback, the filled
-    reflect prompt and the card's sensitivity (missing or not `public`: restricted).
-
-    `transcript_of(turns) -> str` renders a transcript; `prompt_of` gives a variant's prompt for
-    a parent that recorded none."""
-    cols = [*ReflectStage.PLAN_FIELDS, "prompt", "sensitivity"]
-    if parents.empty:
-        return pd.DataFrame(columns=cols)
-    items = item_scores(scores, rubrics)
-    said = _explanations(scores, rubrics, set(parents["session_id"]))
-    rows = []
-    for p in parents.to_dict("records"):
-        fb = build_feedback(p["session_id"], items, said.get(p["session_id"], {}), rubrics, kb,
-                            settings.lowest_items, settings.methods)
-        counselor_prompt = p.get("counselor_prompt")
-        if counselor_prompt is None or (isinstance(counselor_prompt, float) and pd.isna(counselor_prompt)):
-            counselor_prompt = (prompt_of or {}).get(p["variant"], "")
-        prompt = render(template, {"counselor_prompt": counselor_prompt, "transcript": transcript_of(p.get("turns")),
-                                   "feedback": fb.text, "methods": fb.guides or NO_METHODS})
-        card = str(p["card_id"])
-        rows.append({
-            "session_id": session_id(card, p["counselor"], p["variant"], k), "parent_session_id": p["session_id"],
-            "card_id": card, "counselor": p["counselor"], "variant": p["variant"], "iteration": k,
-            "lowest_items": fb.lowest_items, "methods": fb.methods, "feedback": fb.text, "prompt": prompt,
-            "sensitivity": strictest(sensitivity_of.get(card)),
-        })
-    return pd.DataFrame(rows, columns=cols)
-
-
-def pass_counts(states: pd.DataFrame) -> tuple[int, int]:
-    """(passed, usable) over chains' states."""
-    usable = states[states["usable"]]
-    return int(usable[OVERALL_PASS].fillna(False).astype(bool).sum()), len(usable)
 
 
 # --- the loop -------------------------------------------------------------------------------------
@@ -216,6 +135,23 @@ def read_reflect_prompt(ref: str) -> str:
                           f"counselor must see its prompt and the feedback (placeholders: "
                           f"{', '.join('{' + p + '}' for p in REFLECT_PLACEHOLDERS)})")
     return text
+
+
+def feedback_writer(cfg: OptimizeConfig) -> tuple[str, str] | None:
+    """(the feedback model, its prompt template) when a model writes the feedback, else None."""
+    s = cfg.optimize
+    if s.feedback == "template":
+        return None
+    names = cfg.evaluator_names()
+    model = s.feedback_model or (names[0] if names else None)
+    if model is None:
+        raise ConfigError("optimize.feedback=model needs a feedback writer: set optimize.feedback_model=MODEL or "
+                          "an evaluator (or optimize.feedback=template)")
+    load_model(model)  # a missing model file fails here, before any call
+    text = find_file(s.feedback_prompt, what="feedback prompt (optimize.feedback_prompt)").read_text(encoding="utf-8")
+    if "{items}" not in text:
+        raise ConfigError(f"feedback prompt {s.feedback_prompt}: it has no {{items}}; the writer must see the items")
+    return model, text + language_note(cfg.language)
 
 
 def _card_sensitivity(run_dir: Path) -> dict[str, str]:
@@ -240,20 +176,21 @@ def run(cfg: OptimizeConfig) -> int:
     if cfg.iterations == 0:
         print("optimize: iterations=0: no optimization", flush=True)
         return 0
-    if not cfg.judges:  # before any reflection: each iteration ends with the three scales
-        raise ConfigError("no judges: the re-run sessions are scored on the supervisor scale too; set "
-                          "judges=[model,...] (model files in conf/model/)")
+    evaluate_step.check_evaluators(cfg)  # before any reflection: each iteration ends with the three scales
     kb = load_knowledge_base(settings.knowledge_base)
     template = read_reflect_prompt(settings.reflect_prompt)
     rubrics = evaluate_step.load_scales(cfg)
     counselors = {name: load_model(name) for name in cfg.models}
+    writer = feedback_writer(cfg)
     if cfg.dry_run:
-        return print_plan(cfg, run_dir, counselors)
+        return print_plan(cfg, run_dir, counselors, writer[0] if writer else None)
     if read_table(run_dir, SESSIONS).empty:
         raise ConfigError(f"no sessions in {run_dir / SESSIONS.name}: run the sessions and evaluate steps on this "
                           "run_dir first (python -m jobs.pipeline experiment=... runs them before optimize)")
     decides = {"optimize.mode": settings.mode, "optimize.select": settings.select,
                "optimize.lowest_items": settings.lowest_items, "optimize.methods": settings.methods,
+               "optimize.feedback": settings.feedback, "feedback model": writer[0] if writer else None,
+               "feedback prompt": file_fingerprint(find_file(settings.feedback_prompt)) if writer else None,
                "reflect prompt": file_fingerprint(find_file(settings.reflect_prompt)),
                "knowledge base": file_fingerprint(find_file(settings.knowledge_base))}
     for line in record_inputs(run_dir, "optimize", decides=decides,
@@ -264,7 +201,7 @@ def run(cfg: OptimizeConfig) -> int:
     cards = sessions_step.ok_cards(run_dir)
     context = dict(cards=cards, card_ids=set(cards["card_id"].astype(str)), sensitivity=_card_sensitivity(run_dir),
                    rubrics=rubrics, kb=kb, template=template, counselors=counselors,
-                   prompts=_variant_prompts(cfg))
+                   prompts=_variant_prompts(cfg), writer=writer)
     codes: list[int] = []
     for k in range(1, cfg.iterations + 1):
         code = run_iteration(cfg, k, **context)
@@ -278,7 +215,8 @@ def run(cfg: OptimizeConfig) -> int:
 
 def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids: set[str],
                   sensitivity: dict[str, str], rubrics: dict[str, Rubric], kb: Any, template: str,
-                  counselors: dict[str, Any], prompts: dict[str, str]) -> int | None:
+                  counselors: dict[str, Any], prompts: dict[str, str],
+                  writer: tuple[str, str] | None = None) -> int | None:
     """Iteration k: reflect, re-run, re-evaluate, report. None when no session is left to improve."""
     run_dir = Path(cfg.run_dir)
     settings = cfg.optimize
@@ -304,7 +242,7 @@ def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids:
 
     # (2) reflections: the feedback and the counselor's rewritten prompt
     planned = plan_reflections(parents, k, scores, rubrics, kb, settings, template, sensitivity,
-                               sessions_step.render_transcript, prompts)
+                               sessions_step.render_transcript, prompts, writer)
     keys = {(sid,) for sid in planned["session_id"]}
     if cfg.retry_failed and keys:
         redo = store.drop_failed(keys)
@@ -318,10 +256,14 @@ def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids:
     if not todo.empty:
         for counselor, card, sens in zip(todo["counselor"], todo["card_id"], todo["sensitivity"]):
             check_governance(counselors[counselor], sens, f"card {card} (its session's transcript)")
-        models = [counselors[m] for m in sorted(set(todo["counselor"]))]
+            if writer:
+                check_governance(load_model(writer[0]), sens, f"card {card} (the feedback on its session)")
+        names = sorted(set(todo["counselor"]) | ({writer[0]} if writer else set()))
+        models = [counselors.get(m) or load_model(m) for m in names]
         overall = strictest(*todo["sensitivity"])
         counts = run_model_stage(todo, models, ReflectStage,
-                                 dict(overrides=settings.reflect_generation.as_dict(), run_id=run_dir.name),
+                                 dict(overrides=settings.reflect_generation.as_dict(), run_id=run_dir.name,
+                                      feedback_overrides=settings.feedback_generation.as_dict()),
                                  store, sensitivity=overall, run=cfg, desc=f"reflect it{k}")
         codes.append(summarize(f"reflect it{k}", counts["ok"], counts["failed"],
                                getattr(counts, "failures", None) or FailureSummary(), cfg.max_failed_fraction,
@@ -331,14 +273,18 @@ def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids:
     its = store.read()
     ok = its[its["iteration"].eq(k) & its["status"].eq(STATUS_OK) & its["counselor"].isin(cfg.models)
              & its["variant"].isin(cfg.variants) & its["card_id"].astype(str).isin(card_ids)]
-    plans = [sessions_step.SessionPlan(session_id=r["session_id"], card_id=str(r["card_id"]), counselor=r["counselor"],
-                                       variant=r["variant"], iteration=k, parent_session_id=r["parent_session_id"],
-                                       counselor_prompt=r["revised_prompt"])
-             for r in ok.to_dict("records")]
+    response = settings.mode == "response"
+    plans = [sessions_step.SessionPlan(
+        session_id=r["session_id"], card_id=str(r["card_id"]), counselor=r["counselor"], variant=r["variant"],
+        iteration=k, parent_session_id=r["parent_session_id"], counselor_prompt=r["revised_prompt"],
+        mode=settings.mode, feedback=r["feedback"] if response else None,
+        methods=(kb.guide_text([kb.method(m) for m in r["methods"]]) or NO_METHODS) if response else None)
+        for r in ok.to_dict("records")]
     status_of = dict(zip(sessions["session_id"], sessions["status"])) if not sessions.empty else {}
     to_run = [p for p in plans if p.session_id not in status_of
               or (cfg.retry_failed and status_of[p.session_id] != STATUS_OK)]
-    print(f"sessions it{k}: {len(to_run)} session(s) to run with a rewritten prompt, "
+    print(f"sessions it{k}: {len(to_run)} session(s) to run "
+          f"{'rewriting every counselor response' if response else 'with a rewritten prompt'}, "
           f"{len(plans) - len(to_run)} already written", flush=True)
     if to_run:
         res = sessions_step.run_sessions(to_run, cards, cfg, desc=f"sessions it{k}")
@@ -360,66 +306,7 @@ def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids:
     sessions = read_table(run_dir, SESSIONS)
     after = chain_states(sessions, session_results(scores, rubrics), k + 1, cfg.models, cfg.variants, card_ids)
     x, y = pass_counts(before)
-    x2 = _after_passes(before, after, k)
+    x2 = after_passes(before, after, k)
     rerun = int((after["usable"] & after["iteration"].eq(k)).sum()) if not after.empty else 0
     print(f"optimize: iteration {k}: {rerun} sessions re-run, pass rate before {x}/{y} after {x2}/{y}", flush=True)
     return _worst(codes)
-
-
-def _after_passes(before: pd.DataFrame, after: pd.DataFrame, k: int) -> int:
-    """Passes after iteration k over the chains usable before it: a chain's new session when it
-    finished and is fully evaluated, else its session before (carried forward)."""
-    b = before[before["usable"]].set_index(list(CHAIN))
-    if b.empty:
-        return 0
-    new = after[after["usable"] & after["iteration"].eq(k)].set_index(list(CHAIN))
-    result = b[OVERALL_PASS].fillna(False).astype(bool)
-    got = new[OVERALL_PASS].fillna(False).astype(bool).reindex(result.index)
-    return int(got.where(got.notna(), result).astype(bool).sum())
-
-
-# --- the plan -------------------------------------------------------------------------------------
-
-
-def planned_chains(cfg: OptimizeConfig, run_dir: Path) -> int | None:
-    """Chains the loop could improve: the run's iteration-0 sessions of this config when written,
-    else its ok cards (or the dataset's limit) x models x variants; None when unknown."""
-    sessions = read_table(run_dir, SESSIONS)
-    if not sessions.empty:
-        s = sessions[sessions["iteration"].astype(int).eq(0) & sessions["counselor"].isin(cfg.models)
-                     & sessions["variant"].isin(cfg.variants)]
-        if len(s):
-            return len(s)
-    cards = read_table(run_dir, CARDS)
-    n_cards = int(cards["status"].eq(STATUS_OK).sum()) if not cards.empty else 0
-    n_cards = n_cards or getattr(getattr(cfg, "dataset", None), "limit", None)
-    return n_cards * len(cfg.models) * len(cfg.variants) if n_cards else None
-
-
-def print_plan(cfg: OptimizeConfig, run_dir: Path, counselors: dict[str, Any]) -> int:
-    """A dry run: at most every chain re-run in every iteration (with `select: failed`, only the
-    sessions that failed are): calls per iteration, then tokens and GPUs per kind of call."""
-    n = planned_chains(cfg, run_dir)
-    if n is None:
-        print("optimize (planned): the run has no cards yet; nothing to plan", flush=True)
-        return 0
-    evaluators = [cfg.client_model, *cfg.judges]
-    per_eval = len(evaluators) + 1  # + the counselor's self-assessment
-    for k in range(1, cfg.iterations + 1):
-        print(f"optimize (planned): iteration {k}: at most {n} session(s) re-run: {n} reflection call(s), "
-              f"{n * cfg.rounds} counselor and {n * cfg.rounds} client turn(s), {n * per_eval} evaluation(s)",
-              flush=True)
-    it = cfg.iterations
-    names = [m for m in cfg.models for _ in range(n // max(1, len(cfg.models)))]
-    blocks = [
-        ("reflections", list(counselors.values()), names * it, cfg.optimize.reflect_generation),
-        ("counselor turns", list(counselors.values()), names * it * cfg.rounds, cfg.generation),
-        ("client turns", [load_model(cfg.client_model)], [cfg.client_model] * n * it * cfg.rounds,
-         cfg.client_generation),
-        ("evaluations", [load_model(e) for e in dict.fromkeys([*evaluators, *cfg.models])],
-         [e for e in evaluators for _ in range(n * it)] + names * it, cfg.judge_generation),
-    ]
-    for what, models, calls, overrides in blocks:
-        print(f"optimize (planned): {what} over {it} iteration(s):", flush=True)
-        print(plan_text(models, pd.DataFrame({"model": calls}), overrides), flush=True)
-    return 0

@@ -21,7 +21,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from jobs.core.base import StrictModel
 
 from jobs.arena.common import ArenaRunConfig
 from jobs.arena.csvlines import read_csv_lines
@@ -35,11 +37,9 @@ RANKING_SCALES = (*SCALES, "overall")
 KEY_FIELDS = ("expert", "card_id", "scale", "counselor", "variant")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class RankingsColumns(_Strict):
+class RankingsColumns(StrictModel):
     """The CSV's column of each RANKINGS field (defaults: the fields' own names)."""
 
     expert: str = Field("expert", description="Who ranked (an id, not a name: the table is shared).")
@@ -50,7 +50,7 @@ class RankingsColumns(_Strict):
     rank: str = Field("rank", description="1 = the best of the card's sessions on this scale.")
 
 
-class RankingsSource(_Strict):
+class RankingsSource(StrictModel):
     """A CSV of expert rankings and how its columns map to the RANKINGS fields."""
 
     path: str = Field(description="The CSV; relative paths are from the working directory, else the repo root.")

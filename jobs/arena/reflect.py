@@ -2,6 +2,13 @@
 feedback on its lowest items and the knowledge-base guides, reflects, and rewrites its system
 prompt, answering JSON {reflection, revised_prompt} (`ReflectStage`, one row of
 `RUN_DIR/iterations/` per call). The loop around it is `jobs.arena.optimize`.
+
+As in the paper, the feedback is written by a model: when a row names a `feedback_model`, the
+stage first sends it `feedback_prompt` (the items, anchors, scores, the evaluators' explanations
+and the transcript) and puts its answer where the reflect prompt holds `FEEDBACK_SLOT`; its call
+fields are kept on the row. A failed feedback call is an `error` row, and no reflection is asked.
+With `mode: response` the row ends there (the reflection and rewrite happen per turn, in the
+re-run session): `revised_prompt` is the parent's prompt, unchanged.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from jobs.stage import ChatStage
 # Characters per token assumed when a hosted engine's grammar bounds the answer: low on purpose,
 # so that both strings fit in max_tokens and the JSON closes (a cut answer does not parse).
 CHARS_PER_TOKEN = 3
+# Where the reflect prompt takes the written feedback (filled by the stage, after the writer answers).
+FEEDBACK_SLOT = "<<feedback written by the feedback model>>"
 
 
 def reflect_format(external: bool = False, max_tokens: int | None = None) -> dict[str, Any]:
@@ -97,12 +106,28 @@ class ReflectStage(ChatStage):
 
     table = ITERATIONS
     PLAN_FIELDS = ("session_id", "parent_session_id", "card_id", "counselor", "variant", "iteration",
-                   "lowest_items", "methods", "feedback")
+                   "mode", "lowest_items", "methods", "feedback", "feedback_items", "feedback_model")
 
-    def __init__(self, endpoints, concurrency_share, sensitivity, overrides: dict, run_id: str):
+    def __init__(self, endpoints, concurrency_share, sensitivity, overrides: dict, run_id: str,
+                 feedback_overrides: dict | None = None):
         super().__init__(endpoints, concurrency_share, sensitivity)
         self.run_id = run_id
         self.params = {n: self.client.endpoint(n).model.params(overrides) for n in self.client.models}
+        self.feedback_params = {n: self.client.endpoint(n).model.params(feedback_overrides or {})
+                                for n in self.client.models}
+
+    async def write_feedback(self, row: dict[str, Any], sensitivity: str) -> tuple[str | None, dict[str, Any], str | None]:
+        """(feedback text, its call fields, error) from the row's feedback model."""
+        model = row["feedback_model"]
+        res = await self.client.chat(model, [{"role": "user", "content": row["feedback_prompt"]}],
+                                     self.feedback_params[model], response_format=None, sensitivity=sensitivity,
+                                     request_key=f"{row['session_id']}#feedback")
+        fields = {"feedback_prompt_tokens": res.prompt_tokens, "feedback_completion_tokens": res.completion_tokens,
+                  "feedback_latency_s": res.latency_s}
+        text = (res.content or "").strip() if res.ok else ""
+        if not text:
+            return None, fields, f"feedback writer {model}: {res.error or 'empty answer'}"
+        return text, fields, None
 
     def _plan(self, row: dict[str, Any]) -> dict[str, Any]:
         out = {k: row.get(k) for k in self.PLAN_FIELDS}
@@ -120,12 +145,23 @@ class ReflectStage(ChatStage):
     async def process_row(self, row: dict[str, Any]) -> dict[str, Any]:
         model = row["counselor"]
         sensitivity = row.get("sensitivity") or self.sensitivity
+        prompt, written = row["prompt"], {}
+        if isinstance(row.get("feedback_model"), str) and row["feedback_model"]:
+            text, fields, error = await self.write_feedback(row, sensitivity)
+            if error:
+                return {**self._plan(row), **fields, "feedback": None, "status": STATUS_ERROR, "error": error}
+            prompt, written = prompt.replace(FEEDBACK_SLOT, text), {**fields, "feedback": text}
+        if row.get("mode") == "response":
+            # The paper's loop reflects and rewrites per turn, inside the new session: here only the
+            # feedback is written, and the session keeps its system prompt.
+            return {**self._plan(row), **written, "revised_prompt": row.get("counselor_prompt") or "",
+                    "status": STATUS_OK, "error": None}
         external = self.client.endpoint(model).model.locality == "external"
         params = self.params[model]
-        result = await self.client.chat(model, [{"role": "user", "content": row["prompt"]}], params,
+        result = await self.client.chat(model, [{"role": "user", "content": prompt}], params,
                                         response_format=reflect_format(external, params.max_tokens),
                                         sensitivity=sensitivity, request_key=f"{row['session_id']}#reflect")
-        out = {**self._plan(row), "raw": result.content, "attempts": result.attempts,
+        out = {**self._plan(row), **written, "raw": result.content, "attempts": result.attempts,
                "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
                "latency_s": result.latency_s, "finish_reason": result.finish_reason}
         if not result.ok:

@@ -81,6 +81,7 @@ SESSIONS = Table(
             pa.field("variant", pa.string()),          # the counselor prompt: vanilla | psycho | ...
             pa.field("iteration", pa.int32()),         # 0: before optimization; k: after k rounds of it
             pa.field("parent_session_id", pa.string()),  # the session iteration k improves (k >= 1)
+            pa.field("mode", pa.string()),             # optimized how: null (it0) | prompt | response
             pa.field("prompt_version", pa.string()),
             pa.field("counselor_prompt", pa.string()),  # the counselor's system prompt as sent
             pa.field("rounds_planned", pa.int32()),
@@ -107,9 +108,15 @@ ITERATIONS = Table(
             pa.field("counselor", pa.string()),
             pa.field("variant", pa.string()),
             pa.field("iteration", pa.int32()),
+            pa.field("mode", pa.string()),                    # prompt | response (optimize.mode)
             pa.field("lowest_items", pa.list_(pa.string())),  # "<scale>.<item>" fed back
             pa.field("methods", pa.list_(pa.string())),       # knowledge-base methods cited
-            pa.field("feedback", pa.string()),
+            pa.field("feedback", pa.string()),                # what the counselor read (written by a model or the template)
+            pa.field("feedback_items", pa.string()),          # the material: items, anchors, scores, explanations
+            pa.field("feedback_model", pa.string()),          # the model that wrote `feedback`; null: the template
+            pa.field("feedback_prompt_tokens", pa.int64()),
+            pa.field("feedback_completion_tokens", pa.int64()),
+            pa.field("feedback_latency_s", pa.float64()),
             pa.field("reflection", pa.string()),
             pa.field("revised_prompt", pa.string()),          # the counselor's rewritten prompt
             pa.field("raw", pa.string()),
@@ -140,4 +147,23 @@ RANKINGS = Table(
     ),
 )
 
-TABLES = {t.name: t for t in (CARDS, SESSIONS, ITERATIONS, RANKINGS)}
+CARD_SELECTION = Table(
+    name="card_selection",
+    key=("card_id",),
+    schema=pa.schema(
+        [
+            pa.field("card_id", pa.string(), nullable=False),  # a card, or "(none):<topic>" for a topic without one
+            pa.field("theme", pa.string()),
+            pa.field("topic", pa.string()),
+            pa.field("selected", pa.bool_()),                  # the card the sessions role-play for its topic
+            pa.field("rank", pa.int32()),                      # its place among its topic's cards (1 = chosen)
+            pa.field("completeness", pa.int32()),              # card fields filled in
+            pa.field("detail_chars", pa.int32()),              # length of its detailed description
+            pa.field("rule", pa.string()),                     # card_selection: one_per_topic | all
+            pa.field("reason", pa.string()),
+            *_RUN_FIELDS,
+        ]
+    ),
+)
+
+TABLES = {t.name: t for t in (CARDS, SESSIONS, ITERATIONS, RANKINGS, CARD_SELECTION)}

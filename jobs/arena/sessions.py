@@ -31,22 +31,26 @@ a client) that says goodbye early would otherwise shorten its own transcript and
 from __future__ import annotations
 
 import hashlib
-import math
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from jobs.arena.common import ArenaRunConfig
+from jobs.core.base import StrictModel
+
+from jobs.arena.common import ArenaRunConfig, language_note
+from jobs.arena.phases import load_phases, round_phases
 from jobs.arena.schemas import CARDS, ROLE_CLIENT, ROLE_COUNSELOR, SESSIONS, session_id
+from jobs.arena.selection import planned_card_count, selected_ids
+from jobs.arena.taxonomy import load_taxonomy
 from jobs.dialogue import (
-    AgentSpec, DialogueRules, DialogueSpec, Phase, check_dialogues, run_dialogues, strictest,
+    AgentSpec, DialogueRules, DialogueSpec, Phase, RevisionStep, check_dialogues, run_dialogues, strictest,
 )
 from jobs.core.schemas import DIALOGUES, STATUS_ERROR, STATUS_OK, TURNS
 from jobs.core.store import TableStore
-from jobs.core.configfiles import ConfigError, find_file, load_model, read_yaml
+from jobs.core.configfiles import ConfigError, find_file, load_model
 
 __all__ = ["CLIENT", "COUNSELOR", "SessionPlan", "SessionsConfig", "base_plans", "build_specs", "load_phases",
            "ok_cards", "planned_cards", "render_transcript", "round_phases", "run", "run_sessions",
@@ -76,6 +80,16 @@ class SessionsConfig(ArenaRunConfig):
     counselor_turn: str = Field(
         "arena/counselor_turn.txt", description="The counselor's user message each turn (`{history}`, `{round}`, `{rounds}`)."
     )
+    counselor_turns: dict[str, str] = Field(
+        default_factory=lambda: {"vanilla": "arena/counselor_turn_vanilla.txt"},
+        description="Variant -> its own per-turn message, where it differs from `counselor_turn` (the paper gives "
+        "the vanilla counselor no guidance: its message names no counselor role).")
+    turn_reflect: str = Field(
+        "arena/turn_reflect.txt", description="An optimized session's per-turn reflection on the counselor's draft "
+        "(optimize.mode=response): `{draft}`, `{feedback}`, `{methods}`, `{history}`.")
+    turn_rewrite: str = Field(
+        "arena/turn_rewrite.txt", description="Its rewrite of the draft: `{draft}`, `{reflection}`, `{methods}`, "
+        "`{history}`; the client sees only the rewrite.")
     client_prompt: str = Field(
         "arena/client.txt",
         description="The client simulator's user message each turn (`{card}`, `{phase_instruction}`, `{history}`, "
@@ -83,10 +97,8 @@ class SessionsConfig(ArenaRunConfig):
     )
 
 
-class SessionPlan(BaseModel):
+class SessionPlan(StrictModel):
     """One session to run: who counsels which card with which system prompt, at which iteration."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     session_id: str = Field(description="`<card>|<counselor>|<variant>|it<k>` (`jobs.arena.schemas.session_id`).")
     card_id: str
@@ -95,83 +107,27 @@ class SessionPlan(BaseModel):
     iteration: int = Field(0, ge=0, description="0: before optimization; k: after k iterations of it.")
     parent_session_id: str | None = Field(None, description="The session iteration k improves (k >= 1).")
     counselor_prompt: str = Field(description="The counselor's system prompt as sent (a variant's file, or rewritten).")
-
-
-# --- phases ---------------------------------------------------------------------------------------
-
-
-def load_phases(ref: str, rounds: int) -> list[Phase]:
-    """The client's phases by round, from the phases file's shares.
-
-    Each phase ends at round `round(cumulative share x rounds)` (halves round up), so 25 rounds
-    at 0.3 / 0.4 / 0.3 are rounds 1-8, 9-18 and 19-25; every phase gets at least one round when
-    there are at least as many rounds as phases. With fewer rounds than phases, the LAST phases
-    are kept, one round each (2 rounds: diagnosis, solution exploration; 1 round: solution
-    exploration): a short session (a demo) still reaches the part where the counselor helps,
-    and the card already gives the client's distress, so nothing of the story is lost.
-
-    Raises:
-        ConfigError naming the file, the phase and the field when the file is malformed.
-    """
-    path = find_file(ref, what="phases")
-    data = read_yaml(path)
-    entries = data.get("phases")
-    if not isinstance(entries, list) or not entries:
-        raise ConfigError(f"{path}: expected `phases:` a list of {{name, share, instruction}}")
-    names, shares, instructions = [], [], []
-    for i, e in enumerate(entries):
-        where = f"{path}: phases[{i}]"
-        if not isinstance(e, dict):
-            raise ConfigError(f"{where}: expected a mapping with name, share, instruction")
-        name, share, instruction = e.get("name"), e.get("share"), e.get("instruction")
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"{where}: `name` is missing or empty")
-        if name in names:
-            raise ConfigError(f"{where}: `name` {name!r} is repeated")
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not share > 0:
-            raise ConfigError(f"{where} ({name}): `share` must be a positive number, got {share!r}")
-        if not isinstance(instruction, str) or not instruction.strip():
-            raise ConfigError(f"{where} ({name}): `instruction` is missing or empty")
-        names.append(name)
-        shares.append(float(share))
-        instructions.append(instruction.strip())
-    total = sum(shares)
-    if abs(total - 1.0) > 1e-6:
-        raise ConfigError(f"{path}: the phases' shares sum to {total:g}; they must sum to 1")
-    n = len(names)
-    if rounds < n:
-        keep = range(n - rounds, n)
-        return [Phase(name=names[i], first_round=k + 1, last_round=k + 1, role=CLIENT, instruction=instructions[i])
-                for k, i in enumerate(keep)]
-    ends, cum = [], 0.0
-    for s in shares:
-        cum += s
-        # Half up, with a hair of tolerance: 0.3 x 25 is 7.4999... in binary and means 7.5.
-        ends.append(math.floor(cum / total * rounds + 0.5 + 1e-9))
-    ends[-1] = rounds
-    for i in range(n):  # at least one round each: after the previous phase, before the later ones
-        ends[i] = min(max(ends[i], (ends[i - 1] if i else 0) + 1), rounds - (n - 1 - i))
-    starts = [1] + [e + 1 for e in ends[:-1]]
-    return [Phase(name=names[i], first_round=starts[i], last_round=ends[i], role=CLIENT, instruction=instructions[i])
-            for i in range(n)]
-
-
-def round_phases(phases: list[Phase], rounds: int) -> list[str | None]:
-    """The phase name of each round 1..rounds (index = round - 1)."""
-    return [next((p.name for p in phases if p.first_round <= r <= p.last_round), None) for r in range(1, rounds + 1)]
+    mode: str | None = Field(None, description="How the session was optimized: None (iteration 0), `prompt` (a "
+                             "rewritten system prompt) or `response` (every counselor turn drafted, reflected on "
+                             "with `feedback` and `methods`, and rewritten).")
+    feedback: str | None = Field(None, description="mode response: the feedback on the parent session.")
+    methods: str | None = Field(None, description="mode response: the knowledge-base guides for it.")
 
 
 # --- cards and plans ------------------------------------------------------------------------------
 
 
 def ok_cards(run_dir: str | Path) -> pd.DataFrame:
-    """The run's usable cards (status ok) in a stable order (by card id), or a `ConfigError`
-    saying which step writes them."""
+    """The run's usable cards (status ok and, when the cards step selected, chosen for their
+    topic) in a stable order (by card id), or a `ConfigError` saying which step writes them."""
     store = TableStore(run_dir, CARDS)
     if not store.parts():
         raise ConfigError(f"no cards in {store.dir}: run the cards step first (it writes RUN_DIR/cards/)")
     cards = store.read(columns=list(CARD_COLUMNS))
     cards = cards[cards["status"] == STATUS_OK].assign(card_id=lambda d: d["card_id"].astype(str))
+    chosen = selected_ids(run_dir)  # one card per topic (the cards step's selection), when made
+    if chosen is not None:
+        cards = cards[cards["card_id"].isin(chosen)]
     return cards.sort_values("card_id").reset_index(drop=True)
 
 
@@ -179,7 +135,7 @@ def planned_cards(cfg: Any) -> pd.DataFrame | None:
     """For a dry run before the cards step has written anything: `dataset.limit` stand-in cards
     (ids `planned-1`...), with the dataset's sensitivity; None when the number is unknown."""
     dataset = getattr(cfg, "dataset", None)
-    n = getattr(dataset, "limit", None)
+    n = planned_card_count(cfg, len(load_taxonomy().topic_ids()))
     if not n:
         return None
     sens = strictest(getattr(dataset, "sensitivity", None))
@@ -225,8 +181,13 @@ def build_specs(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsConf
         has no rendered text.
     """
     rules = session_rules(cfg, load_phases(cfg.phases, cfg.rounds))
-    client_template = _read_text(cfg.client_prompt, "client_prompt")
-    counselor_template = _read_text(cfg.counselor_turn, "counselor_turn")
+    note = language_note(cfg.language)  # the data's language (PsyQA: zh); "" for English
+    client_template = _read_text(cfg.client_prompt, "client_prompt") + note
+    turn_refs = {p.variant: cfg.counselor_turns.get(p.variant, cfg.counselor_turn) for p in plans}
+    revise = any(p.mode == "response" for p in plans)
+    reflect_t = _read_text(cfg.turn_reflect, "turn_reflect") + note if revise else ""
+    rewrite_t = _read_text(cfg.turn_rewrite, "turn_rewrite") + note if revise else ""
+    turn_templates = {v: _read_text(ref, f"counselor_turn of variant {v!r}") + note for v, ref in turn_refs.items()}
     by_id = _card_lookup(cards)
     specs, sensitivities = [], []
     for plan in plans:
@@ -235,16 +196,21 @@ def build_specs(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsConf
             raise ConfigError(f"session {plan.session_id!r}: card {plan.card_id!r} is not among the run's ok cards")
         if not _text(card.get("rendered")).strip():
             raise ConfigError(f"session {plan.session_id!r}: card {plan.card_id!r} has no `rendered` text")
+        steps, extra = [], {}
+        if plan.mode == "response":  # the paper's loop: draft -> reflection -> rewrite, every counselor turn
+            steps = [RevisionStep(name="reflection", template=reflect_t, system=plan.counselor_prompt),
+                     RevisionStep(name="rewrite", template=rewrite_t, system=plan.counselor_prompt)]
+            extra = {"feedback": plan.feedback or "", "methods": plan.methods or ""}
         specs.append(DialogueSpec(
             dialogue_id=plan.session_id, context_id=plan.card_id,
             agents=[AgentSpec(role=CLIENT, label=LABELS[CLIENT], model=cfg.client_model, template=client_template,
                               generation=cfg.client_generation.as_dict()),
                     AgentSpec(role=COUNSELOR, label=LABELS[COUNSELOR], model=plan.counselor,
-                              system=plan.counselor_prompt, template=counselor_template,
-                              generation=cfg.generation.as_dict())],
+                              system=plan.counselor_prompt, template=turn_templates[plan.variant],
+                              generation=cfg.generation.as_dict(), revisions=steps)],
             rules=rules, tested_role=COUNSELOR, variant=plan.variant, prompt_version=cfg.prompt_version,
             fields={"card": card["rendered"], "rounds": str(cfg.rounds), "theme": _text(card.get("theme")),
-                    "topic": _text(card.get("topic"))},
+                    "topic": _text(card.get("topic")), **extra},
         ))
         sensitivities.append(strictest(card.get("sensitivity")))
     return specs, sensitivities
@@ -296,7 +262,7 @@ def session_row(plan: SessionPlan, dialogue: dict[str, Any], card: dict[str, Any
         "session_id": plan.session_id, "card_id": plan.card_id,
         "theme": _value(card, "theme"), "topic": _value(card, "topic"),
         "counselor": plan.counselor, "client_model": cfg.client_model, "variant": plan.variant,
-        "iteration": plan.iteration, "parent_session_id": plan.parent_session_id,
+        "iteration": plan.iteration, "parent_session_id": plan.parent_session_id, "mode": plan.mode,
         "prompt_version": cfg.prompt_version, "counselor_prompt": plan.counselor_prompt,
         "rounds_planned": cfg.rounds, "n_rounds": n_rounds,
         "turns": [{k: t.get(k) for k in ("turn", "role", "model", "text", "tokens", "round", "phase")} for t in turns],
@@ -326,8 +292,10 @@ def _sha256(ref: str, what: str) -> str:
 def _decides(cfg: SessionsConfig, variants: Iterable[str]) -> dict[str, Any]:
     """What decides the sessions' rows: the prompt version, the rounds, and every prompt file's bytes."""
     files = {"phases": cfg.phases, "counselor_turn": cfg.counselor_turn, "client_prompt": cfg.client_prompt,
+             "turn_reflect": cfg.turn_reflect, "turn_rewrite": cfg.turn_rewrite,
+             **{f"counselor_turns.{v}": cfg.counselor_turns[v] for v in variants if v in cfg.counselor_turns},
              **{f"counselor_prompts.{v}": cfg.counselor_prompts[v] for v in variants if v in cfg.counselor_prompts}}
-    return {"prompt_version": cfg.prompt_version, "rounds": cfg.rounds,
+    return {"prompt_version": cfg.prompt_version, "rounds": cfg.rounds, "language": cfg.language,
             **{f"{k} sha256": _sha256(ref, k) for k, ref in files.items()}}
 
 

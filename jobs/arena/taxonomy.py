@@ -15,7 +15,9 @@ import re
 from functools import cached_property, lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from jobs.core.base import StrictModel
 
 from jobs.core.configfiles import find_file, read_yaml, search_dirs, validated
 
@@ -23,21 +25,19 @@ DEFAULT_REF = "arena/topics.yaml"
 _ID = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Topic(_Strict):
+class Topic(StrictModel):
     id: str = Field(description="A stable snake_case id: what cards and scores store.")
     title: str = Field(min_length=1, description="The concern in words, for people reading a report.")
 
 
-class Theme(_Strict):
+class Theme(StrictModel):
     title: str = Field(min_length=1, description="The theme in words.")
     topics: list[Topic] = Field(description="The theme's topics, in display order.")
 
 
-class Taxonomy(_Strict):
+class Taxonomy(StrictModel):
     """Themes (id -> Theme) in file order; topic ids unique across themes."""
 
     version: str = Field("unversioned", description="Bump when ids change; recorded with the cards.")

@@ -254,6 +254,19 @@ TURN_STRUCT = pa.struct(
     ]
 )
 
+# One call of a turn that is revised (`AgentSpec.revisions`): the draft, then each step.
+TURN_STEP_STRUCT = pa.struct(
+    [
+        pa.field("name", pa.string()),     # draft, then the steps' names
+        pa.field("text", pa.string()),
+        pa.field("attempts", pa.int32()),
+        pa.field("prompt_tokens", pa.int64()),
+        pa.field("completion_tokens", pa.int64()),
+        pa.field("latency_s", pa.float64()),
+        pa.field("finish_reason", pa.string()),
+    ]
+)
+
 TURNS = Table(
     name="turns",
     key=("dialogue_id", "turn"),
@@ -270,7 +283,8 @@ TURNS = Table(
             pa.field("regenerations", pa.int32()),  # repeated utterances asked again
             pa.field("round", pa.int32()),
             pa.field("phase", pa.string()),
-            *CALL_FIELDS,
+            pa.field("steps", pa.list_(TURN_STEP_STRUCT)),  # a revised turn's calls; null when not revised
+            *CALL_FIELDS,                          # a revised turn: summed over its calls
             *_RUN_FIELDS,
         ]
     ),

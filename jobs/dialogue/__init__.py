@@ -7,17 +7,18 @@ countdown, phases by round) and the values of the prompts' placeholders.
 
 - `DialogueRules`, `Phase`, `Countdown` (rules.py): the rules, as data.
 - `clean_utterance` (clean.py): an answer to the utterance the dialogue keeps.
-- `AgentSpec`, `DialogueSpec`, `run_dialogue` (engine.py): one dialogue's async loop, resumable.
+- `AgentSpec`, `DialogueSpec`, `run_dialogue` (engine.py): one dialogue's async loop, resumable;
+  `RevisionStep`: an agent's optional per-turn calls after its draft (reflect, rewrite, ...).
 - `DialogueStage` (stage.py): the Ray Data stage, one row per dialogue, all in flight at once.
 - `run_dialogues` (job.py): plan, governance check, resume and run, for a job.
 """
 
 from jobs.dialogue.clean import Cleaned, clean_utterance
-from jobs.dialogue.engine import AgentSpec, DialogueResult, DialogueSpec, run_dialogue
+from jobs.dialogue.engine import AgentSpec, DialogueResult, DialogueSpec, RevisionStep, run_dialogue
 from jobs.dialogue.job import check_dialogues, plan_rows, run_dialogues
 from jobs.dialogue.rules import Countdown, DialogueRules, Phase
 from jobs.dialogue.stage import DialogueStage, strictest
 
 __all__ = ["AgentSpec", "Cleaned", "Countdown", "DialogueResult", "DialogueRules", "DialogueSpec",
-           "DialogueStage", "Phase", "check_dialogues", "clean_utterance", "plan_rows", "run_dialogue",
-           "run_dialogues", "strictest"]
+           "DialogueStage", "Phase", "RevisionStep", "check_dialogues", "clean_utterance", "plan_rows",
+           "run_dialogue", "run_dialogues", "strictest"]

@@ -31,9 +31,20 @@ from jobs.core.modelconfig import GenerationParams
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 PHASE_PLACEHOLDER = "phase_instruction"
+DRAFT = "draft"  # the placeholder and step name of an agent's first answer, when it revises it
 HISTORY_PLACEHOLDER = "history"
 
 
+
+
+class RevisionStep(StrictModel):
+    """One more call to the same model after an agent's draft turn (a per-turn hook, as data)."""
+
+    name: str = Field(description="The step's name: its answer fills `{name}` in later steps' templates and "
+                      "names the step in the turn's `steps`.")
+    template: str = Field(description="The user message; `{draft}` (the agent's first answer), earlier steps' "
+                          "`{name}`, `{history}`, `{turn}`, `{round}` and the dialogue's fields are filled.")
+    system: str | None = Field(None, description="An optional system message (same placeholders).")
 
 
 class AgentSpec(StrictModel):
@@ -48,6 +59,10 @@ class AgentSpec(StrictModel):
     generation: dict[str, Any] = Field(default_factory=dict, description="Overrides of the model's sampling defaults.")
     remove: list[str] = Field(default_factory=list, description="Strings removed from every raw answer before it is "
                               "cleaned (template tokens a model family emits, e.g. `<|END_RESPONSE|>`).")
+    revisions: list[RevisionStep] = Field(
+        default_factory=list, description="Calls after each draft turn of this agent, in order: the last one's "
+        "answer (cleaned) is the turn's text, which the other agent sees; the draft and every step stay in the "
+        "turn's `steps` with their call fields.")
 
 
 class DialogueSpec(StrictModel):
@@ -255,4 +270,53 @@ async def _one_turn(client: ChatClient, spec: DialogueSpec, params: GenerationPa
             row.update(status=STATUS_ERROR, error=f"empty utterance after {regenerations} regeneration(s): {res.content!r:.200}")
             return row
         row.update(text=cleaned.text, stop=cleaned.has_stop and rules.honors_stop(role, turn))
+        if agent.revisions:
+            await _revise(client, spec, agent, params, turns, turn, sensitivity, result, row, others)
+            row["latency_s"] = time.perf_counter() - started
         return row
+
+
+def _step_row(name: str, text: str | None, attempts: int, prompt_tokens: int | None, completion_tokens: int | None,
+              latency_s: float, finish_reason: str | None) -> dict[str, Any]:
+    return {"name": name, "text": text, "attempts": attempts, "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens, "latency_s": latency_s, "finish_reason": finish_reason}
+
+
+async def _revise(client: ChatClient, spec: DialogueSpec, agent: AgentSpec, params: GenerationParams,
+                  turns: list[dict[str, Any]], turn: int, sensitivity: str, result: DialogueResult,
+                  row: dict[str, Any], others: list[str]) -> None:
+    """The agent's revision steps after its accepted draft (`row`): each a call to the same model;
+    the last answer, cleaned, replaces the turn's text. `row["steps"]` keeps the draft and every
+    step with its call fields, and the row's token counts and attempts add up all of them. A
+    failed step (or an empty final answer) makes the turn an error."""
+    labels = {a.role: a.label for a in spec.agents}
+    values = {**spec.fields, HISTORY_PLACEHOLDER: history_text(turns, labels), "turn": str(turn),
+              "round": str(spec.rules.round_of(turn)), DRAFT: row["text"]}
+    steps = [_step_row(DRAFT, row["text"], row["attempts"], row["prompt_tokens"], row["completion_tokens"],
+                       row.get("latency_s") or 0.0, row["finish_reason"])]
+    row["steps"] = steps
+    for k, step in enumerate(agent.revisions):
+        messages = ([{"role": "system", "content": render(step.system, values)}] if step.system else []) + [
+            {"role": "user", "content": render(step.template, values)}]
+        res = await client.chat(agent.model, messages, params, sensitivity=sensitivity,
+                                request_key=f"{spec.dialogue_id}#{turn}/{step.name}")
+        result.calls += 1
+        row["attempts"] += res.attempts
+        row["prompt_tokens"] = (row["prompt_tokens"] or 0) + (res.prompt_tokens or 0)
+        row["completion_tokens"] = (row["completion_tokens"] or 0) + (res.completion_tokens or 0)
+        if not res.ok:
+            steps.append(_step_row(step.name, None, res.attempts, res.prompt_tokens, res.completion_tokens,
+                                   res.latency_s, res.finish_reason))
+            row.update(status=res.status, error=f"revision step {step.name!r}: {res.error}", text=None)
+            return
+        text = (res.content or "").strip()
+        if k == len(agent.revisions) - 1:
+            cleaned = clean_utterance(res.content or "", agent.label, others, spec.rules.stop_token)
+            text = cleaned.text
+            row.update(text=text, raw=res.content, finish_reason=res.finish_reason,
+                       stop=cleaned.has_stop and spec.rules.honors_stop(agent.role, turn))
+            if not text:
+                row.update(status=STATUS_ERROR, error=f"revision step {step.name!r}: empty answer")
+        steps.append(_step_row(step.name, text, res.attempts, res.prompt_tokens, res.completion_tokens,
+                               res.latency_s, res.finish_reason))
+        values[step.name] = text

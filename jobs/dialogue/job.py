@@ -69,7 +69,8 @@ def plan_calls(specs: list[DialogueSpec], turns: dict[str, list[dict[str, Any]]]
     models = []
     for s in specs:
         for t in range(len(turns.get(s.dialogue_id, [])) + 1, s.rules.max_turns + 1):
-            models.append(s.agent(s.rules.speaker(t, s.roles)).model)
+            agent = s.agent(s.rules.speaker(t, s.roles))
+            models += [agent.model] * (1 + len(agent.revisions))
     return pd.DataFrame({"model": models})
 
 

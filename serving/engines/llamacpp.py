@@ -77,6 +77,29 @@ def fold_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"role": "user", "content": system}, *rest]
 
 
+def state_bytes(state: Any) -> int:
+    """What a cached prompt state really holds in RAM: llama.cpp's state (the KV cache) and the
+    copies of the logits and token ids that llama-cpp-python saves beside it."""
+    return int(state.llama_state_size) + int(getattr(state.scores, "nbytes", 0)) + int(
+        getattr(state.input_ids, "nbytes", 0))
+
+
+def ram_cache(capacity_bytes: int) -> Any:
+    """llama-cpp-python's `LlamaRAMCache`, bounded by what its states really hold.
+
+    Its own bound counts only llama.cpp's state; each state also keeps a copy of the logits, up to
+    n_batch x vocabulary floats (512 MB for Gemma-3's 262k vocabulary), so a 512 MB cache grew to
+    19 GB over the Ψ-Arena demo's distinct prompts and the node killed the replica."""
+    from llama_cpp import LlamaRAMCache  # a heavy optional dependency, as in LlamaCppEngine
+
+    class BoundedRAMCache(LlamaRAMCache):
+        @property
+        def cache_size(self) -> int:
+            return sum(state_bytes(s) for s in self.cache_state.values())
+
+    return BoundedRAMCache(capacity_bytes=capacity_bytes)
+
+
 class LlamaCppEngine:
     """A llama.cpp model behind the OpenAI chat-completions protocol.
 
@@ -109,9 +132,7 @@ class LlamaCppEngine:
         started = time.perf_counter()
         self._llama = Llama(model_path=str(path), **kwargs)
         if cache_mb > 0:
-            from llama_cpp import LlamaRAMCache
-
-            self._llama.set_cache(LlamaRAMCache(capacity_bytes=cache_mb << 20))
+            self._llama.set_cache(ram_cache(cache_mb << 20))
         self.load_s = time.perf_counter() - started
         self._lock = threading.Lock()
         self._folds_system = kwargs.get("chat_format") in DROPS_SYSTEM

@@ -1,8 +1,10 @@
 """The Ψ-Arena chain on the embedded default, as `make demo` runs it: an NPC card from the
 project's cards file -> sessions of the bundled model as counselor (vanilla and psycho prompts)
 and as client simulator through the dialogue engine, three client phases by round -> the client,
-supervisor and counselor scales -> one optimization iteration of the psycho sessions (feedback,
-reflection, rewritten prompt, re-run, re-scored) -> the report with its before/after table.
+supervisor and counselor scales, all filled in by the one evaluator -> one optimization iteration
+of one psycho session in the paper's mode (the evaluator writes the feedback; the session
+restarts and every counselor turn is drafted, reflected on and rewritten; re-scored) -> the
+report with its before/after table.
 Then a re-run on the same run directory sends nothing again. One card here, two in the demo."""
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ ROLES = {"arena_client": "client", "arena_supervisor": "supervisor", "arena_coun
 def arena_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("arena") / "run"
     # One card (the demo has two): both prompts, the loop and the report at half the suite's time.
-    args = ("jobs.pipeline", "experiment=arena_demo", f"run_dir={run_dir}", "dataset.limit=1", "serving.port=8133",
+    args = ("jobs.pipeline", "experiment=arena_demo", f"run_dir={run_dir}", "dataset.limit=1", "serving.port=8210",
             "max_failed_fraction=0.5")  # a 270M base model may leave a turn empty: a row, not a crash
     first = run_job(*args)
     again = run_job(*args)
@@ -69,6 +71,19 @@ def test_cards_sessions_scales_loop_and_report(arena_run):
     assert set(its["variant"]) == {"psycho"} and set(its["iteration"]) == {1} and len(its) == 1
     assert its["parent_session_id"].str.endswith("|psycho|it0").all()
     assert its["feedback"].str.len().gt(0).all()
+    # the feedback is the evaluator's writing; response mode: no prompt rewrite
+    assert set(its["mode"]) == {"response"} and set(its["feedback_model"]) == {"gemma3-270m"}
+    assert (its["revised_prompt"] == sessions.set_index("session_id").loc[its["parent_session_id"],
+                                                                         "counselor_prompt"].values).all()
+    assert (scores["judge"] == "gemma3-270m").all()  # the fixed evaluator, also on the counselor scale
+    turns = pd.read_parquet(run_dir / "turns")
+    rewritten = turns[turns["dialogue_id"].isin(set(its["session_id"])) & turns["role"].eq("counselor")]
+    assert len(rewritten) >= 1
+    for steps, text, tokens in zip(rewritten["steps"], rewritten["text"], rewritten["completion_tokens"]):
+        assert [s["name"] for s in steps] == ["draft", "reflection", "rewrite"]
+        assert steps[-1]["text"] == text and tokens == sum(s["completion_tokens"] for s in steps)
+    plain = turns[~turns["dialogue_id"].isin(set(its["session_id"]))]
+    assert plain["steps"].isna().all()
 
     html = (run_dir / "report" / "report.html").read_text()
     for marker in ("Table 2", "before", "iteration"):
@@ -85,4 +100,4 @@ def test_a_rerun_sends_nothing_again(arena_run):
     out = again.stdout
     assert "0 start" in out
     assert "evaluate: 0 judgment(s) to request" in out and "evaluate it1: 0 judgment(s) to request" in out
-    assert "0 reflection(s) to request" in out and "0 session(s) to run with a rewritten prompt" in out
+    assert "0 reflection(s) to request" in out and "0 session(s) to run rewriting every counselor response" in out

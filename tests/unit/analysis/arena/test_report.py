@@ -42,6 +42,12 @@ def test_full_report_through_the_dispatcher(tmp_path, scales):
     for fig in ("figure4_pass_by_iteration", "figure5_themes", "table2_pass_rates"):
         assert (out / "figures" / f"{fig}.png").is_file(), fig
     assert "a client total of 42 fails, 43 passes" in html
+    for name in ("table2_printed", "table2_delta", "figure4_wilson", "optimization_mcnemar", "table3_avg",
+                 "figure3_points"):
+        assert (out / "tables" / f"{name}.csv").is_file(), name
+    assert (out / "figures" / "figure4_wilson.png").is_file()
+    # helpers: m1 fills in its own counselor scale (7 sessions); the report says so
+    assert "<b>Self-rated:</b>" in html and "m1 (7 session(s))" in html
     md = (out / "tables" / "optimization_pass_before_after.md").read_text()
     assert "overall" in md and "1.000" in md
 

@@ -20,17 +20,16 @@ from jobs.arena.cardfile import load_card_file
 from jobs.arena.cards import CardSourceConfig, CardsConfig, CardStage, answer_object
 from jobs.arena.schemas import CARDS
 from jobs.arena.taxonomy import load_taxonomy
-from jobs.runner import StageResult, count_rows
 from jobs.stage import endpoints_to_spec
 from jobs.core.store import TableStore
 from serving.client import ChatResult, Endpoint
-from jobs.core.configfiles import CONF_DIR, ConfigError, load_model
+from jobs.core.configfiles import ConfigError, load_model
 from serving.deploy import ServingConfig
 from serving.governance import DataGovernanceError
 from tests.conftest import ROOT, write_model_dir
 from tests.fakes.openai_server import FakeServer
 
-RUN = dict(experiment="arena_test", cluster=ClusterConfig(), serving=ServingConfig())
+RUN = dict(experiment="arena_test", cluster=ClusterConfig(runner="inline"), serving=ServingConfig())  # no Ray
 CARD = {
     "age": 29, "gender": "male", "occupation": "teacher", "marital_status": "single",
     "cultural_background": "unknown", "personality_traits": ["shy"], "emotional_state": "tense",
@@ -183,7 +182,7 @@ class CannedClient:
 
 def stage(tmp_path, monkeypatch, answers, **model_fields) -> CardStage:
     write_model_dir(tmp_path / "conf", "extractor1", "http://127.0.0.1:9/v1", **model_fields)
-    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [tmp_path / "conf", CONF_DIR])
+    monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(tmp_path / "conf"))
     model = load_model("extractor1")
     st = CardStage(endpoints_to_spec({model.name: Endpoint(model, model.base_url)}), 1.0, "public",
                    taxonomy=load_taxonomy().model_dump(), generation_overrides={"temperature": 0.0, "max_tokens": 400},
@@ -240,23 +239,12 @@ def write_posts(tmp_path: Path, sensitivity: str | None = "public") -> dict:
     return ds if sensitivity is None else {**ds, "sensitivity": sensitivity}
 
 
-def direct_stage(rows, models, stage_cls, stage_kwargs, store, *, sensitivity, run, desc, counter=None):
-    """`run_model_stage` without Ray: the same stage, called in this process on every row."""
-    endpoints = {m.name: Endpoint(m, m.base_url) for m in models}
-    st = stage_cls(endpoints_to_spec(endpoints), 1.0, sensitivity, **stage_kwargs)
-    out = asyncio.run(st(rows))
-    store.append(out)
-    counted = count_rows(out)
-    return StageResult(counted[1], counted[0] - counted[1], counted.failures)
-
-
 @pytest.mark.parametrize("sensitivity", ["restricted", None])
 def test_restricted_posts_never_reach_an_external_extractor(tmp_path, monkeypatch, sensitivity):
     """Refused before any request, and before anything is written to the run."""
-    monkeypatch.setattr("jobs.runner.run_model_stage", direct_stage)
     with FakeServer() as server:
         write_model_dir(tmp_path / "conf", "extractor1", server.base_url)
-        monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [tmp_path / "conf", CONF_DIR])
+        monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(tmp_path / "conf"))
         with pytest.raises(DataGovernanceError, match="refused: dataset 'posts' is 'restricted'"):
             cards.run(config(tmp_path, write_posts(tmp_path, sensitivity)))
         assert server.stats()["requests"] == 0
@@ -264,10 +252,9 @@ def test_restricted_posts_never_reach_an_external_extractor(tmp_path, monkeypatc
 
 
 def test_posts_become_cards_and_a_rerun_sends_nothing(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("jobs.runner.run_model_stage", direct_stage)
     with FakeServer() as server:
         write_model_dir(tmp_path / "conf", "extractor1", server.base_url)
-        monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [tmp_path / "conf", CONF_DIR])
+        monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(tmp_path / "conf"))
         cfg = config(tmp_path, write_posts(tmp_path))
         assert cards.run(cfg) == 0
         sent = server.log_lines()
@@ -290,8 +277,7 @@ def test_posts_become_cards_and_a_rerun_sends_nothing(tmp_path, monkeypatch, cap
 
 
 def test_failed_extractions_are_rows_and_are_asked_again(tmp_path, monkeypatch):
-    monkeypatch.setattr("jobs.runner.run_model_stage", direct_stage)
-    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [tmp_path / "conf", CONF_DIR])
+    monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(tmp_path / "conf"))
     with FakeServer(always_fail="500") as server:
         write_model_dir(tmp_path / "conf", "extractor1", server.base_url, max_retries=0)
         assert cards.run(config(tmp_path, write_posts(tmp_path))) == 1
@@ -304,9 +290,8 @@ def test_failed_extractions_are_rows_and_are_asked_again(tmp_path, monkeypatch):
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("jobs.runner.run_model_stage", lambda *a, **k: pytest.fail("no calls in a dry run"))
     write_model_dir(tmp_path / "conf", "extractor1", "http://127.0.0.1:9/v1")
-    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [tmp_path / "conf", CONF_DIR])
+    monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(tmp_path / "conf"))
     cfg = config(tmp_path, write_posts(tmp_path), dry_run=True, extractor_model="extractor1")
     assert cards.run(cfg) == 0
     out = capsys.readouterr().out

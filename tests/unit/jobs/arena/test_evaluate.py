@@ -25,11 +25,11 @@ from jobs.arena.schemas import CARDS, SESSIONS, session_id
 from jobs.core.rubric import load_rubric
 from jobs.core.schemas import SCORES
 from jobs.core.store import TableStore
-from jobs.core.configfiles import CONF_DIR, ConfigError
+from jobs.core.configfiles import ConfigError
 from serving.governance import DataGovernanceError
 from tests.fakes.openai_server import FakeServer
 from tests.unit.jobs.arena.test_sessions import RUN
-from tests.unit.jobs.sqpsych.judging_helpers import direct_stage, fake_judges
+from tests.conftest import fake_judges
 
 SECRET = "insomnia since the divorce"
 SCALE_FILES = {
@@ -83,7 +83,7 @@ def _cfg(tmp_path, **kw) -> EvaluateConfig:
 @pytest.fixture
 def conf(tmp_path, monkeypatch) -> Path:
     folder = write_scales(tmp_path / "conf")
-    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [folder, CONF_DIR])
+    monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(folder))
     return folder
 
 
@@ -112,22 +112,49 @@ def test_the_three_scales_load_by_role(tmp_path, conf):
 # --- planning -------------------------------------------------------------------------------------
 
 
-def test_each_scale_is_filled_in_by_its_evaluators_with_its_placeholders(tmp_path, conf):
-    ids = write_run(tmp_path / "run", {"c1": "public", "c2": "public"}, counselors=("m1", "m2"))
-    cfg = _cfg(tmp_path, models=["m1", "m2"])
+def _plans(tmp_path, **kw):
+    cfg = _cfg(tmp_path, models=["m1", "m2"], **kw)
     rubrics = load_scales(cfg)
     sessions, cards = ok_sessions(tmp_path / "run"), read_cards(tmp_path / "run")
-    plans = {role: plan_scale(role, rubrics[role], sessions, cards, cfg)[0] for role in rubrics}
+    return {role: plan_scale(role, rubrics[role], sessions, cards, cfg)[0] for role in rubrics}
+
+
+def test_each_scale_is_filled_in_by_its_evaluators_with_its_placeholders(tmp_path, conf):
+    ids = write_run(tmp_path / "run", {"c1": "public", "c2": "public"}, counselors=("m1", "m2"))
+    plans = _plans(tmp_path, evaluator={"client": "sim", "supervisor": "sup1", "counselor": "sup2"})
     client, sup, own = plans["client"], plans["supervisor"], plans["counselor"]
     assert len(client) == 4 and set(client["judge"]) == {"sim"}
-    assert len(sup) == 8 and sorted(sup[sup["subject_id"] == ids[0]]["judge"]) == ["sup1", "sup2"]
-    assert list(own["judge"]) == list(own["responder"]) == ["m1", "m2", "m1", "m2"]  # each its own counselor
+    assert len(sup) == 4 and list(sup[sup["subject_id"] == ids[0]]["judge"]) == ["sup1"]
+    assert list(own["judge"]) == ["sup2"] * 4 and list(own["responder"]) == ["m1", "m2", "m1", "m2"]
     assert set(client["subject_type"]) == {"session"} and set(client["context_id"]) == {"c1", "c2"}
     assert list(client.columns) == ["subject_type", "subject_id", "context_id", "responder", "judge", "transcript", "card"]
     assert list(sup.columns)[5:] == ["transcript"] and list(own.columns)[5:] == ["transcript", "counselor_prompt"]
     first = client.iloc[0]
     assert first["transcript"].startswith(f"Client: line 1 of {first['subject_id']}\nCounselor: line 2")
     assert first["card"] == f"Card c1: {SECRET}." and own.iloc[1]["counselor_prompt"] == "You are counselor m2."
+
+
+@pytest.mark.parametrize("kw, client, supervisor, counselor", [
+    # the paper: one strong model plays all three evaluator roles
+    (dict(evaluator="gpt"), ["gpt"], ["gpt"], ["gpt"]),
+    # no `evaluator`: every model of `judges` fills in every scale
+    (dict(), ["sup1", "sup2"], ["sup1", "sup2"], ["sup1", "sup2"]),
+    # the explicit switch: the counselor under test rates its own session
+    (dict(evaluator="gpt", self_assessment=True), ["gpt"], ["gpt"], ["SELF"]),
+])
+def test_fixed_evaluators_fill_in_all_three_scales_and_self_rating_needs_the_switch(tmp_path, conf, kw, client,
+                                                                                   supervisor, counselor):
+    ids = write_run(tmp_path / "run", {"c1": "public"}, counselors=("m1", "m2"))
+    plans = _plans(tmp_path, **kw)
+    for role, want in (("client", client), ("supervisor", supervisor), ("counselor", counselor)):
+        for sid, m in zip(ids, ("m1", "m2")):
+            got = sorted(plans[role][plans[role]["subject_id"] == sid]["judge"])
+            assert got == sorted(m if w == "SELF" else w for w in want), (role, sid)
+
+
+def test_an_evaluator_per_role_must_name_every_role(tmp_path):
+    with pytest.raises(ValueError, match=r"lacks \['counselor'\]"):
+        _cfg(tmp_path, evaluator={"client": "a", "supervisor": "b"})
 
 
 def test_only_the_given_sessions_and_only_finished_ones_are_read(tmp_path):
@@ -138,9 +165,9 @@ def test_only_the_given_sessions_and_only_finished_ones_are_read(tmp_path):
     assert list(ok_sessions(tmp_path / "run", {ids[1], "c3|m1|psycho|it0"})["session_id"]) == [ids[1]]
 
 
-def test_no_supervisors_is_refused(tmp_path, conf):
+def test_no_evaluator_is_refused(tmp_path, conf):
     write_run(tmp_path / "run", {"c1": "public"})
-    with pytest.raises(ConfigError, match="supervisor scale needs at least one"):
+    with pytest.raises(ConfigError, match="no evaluator: set evaluator=MODEL"):
         evaluate_sessions(_cfg(tmp_path, judges=[]))
 
 
@@ -152,15 +179,10 @@ def test_no_sessions_table_says_which_step_writes_it(tmp_path, conf):
 # --- governance and the step, in-process ----------------------------------------------------------
 
 
-def _direct(rows, models, stage_cls, stage_kwargs, store, **kw):
-    return direct_stage(rows, models, stage_cls, stage_kwargs, store, **kw)  # the judge's own call counter
-
-
 @pytest.mark.parametrize("sensitivity", ["restricted", None])
 def test_a_restricted_card_never_reaches_an_external_evaluator(tmp_path, monkeypatch, sensitivity):
     """Every fake evaluator is external: one card that is restricted (or says nothing) stops the
     whole evaluation before any request and before any file is written."""
-    monkeypatch.setattr("jobs.runner.run_model_stage", _direct)
     with FakeServer() as recorder:
         fake_judges(monkeypatch, tmp_path / "conf", recorder.base_url, names=("sim", "sup1", "sup2", "m1"))
         write_scales(tmp_path / "conf")
@@ -172,7 +194,6 @@ def test_a_restricted_card_never_reaches_an_external_evaluator(tmp_path, monkeyp
 
 
 def test_a_session_whose_card_is_missing_is_restricted(tmp_path, monkeypatch):
-    monkeypatch.setattr("jobs.runner.run_model_stage", _direct)
     with FakeServer() as recorder:
         fake_judges(monkeypatch, tmp_path / "conf", recorder.base_url, names=("sim", "sup1", "sup2", "m1"))
         write_scales(tmp_path / "conf")
@@ -185,36 +206,35 @@ def test_a_session_whose_card_is_missing_is_restricted(tmp_path, monkeypatch):
 
 
 def test_the_three_scales_are_scored_in_process_and_resume_without_resending(tmp_path, monkeypatch):
-    monkeypatch.setattr("jobs.runner.run_model_stage", _direct)
     with FakeServer() as fake:
         fake_judges(monkeypatch, tmp_path / "conf", fake.base_url, names=("sim", "sup1", "sup2", "m1"))
         write_scales(tmp_path / "conf")
         ids = write_run(tmp_path / "run", {"c1": "public", "c2": "public"})
-        cfg = _cfg(tmp_path)
+        cfg = _cfg(tmp_path, self_assessment=True)
         assert run(cfg) == 0
         sent = fake.log_lines()
         assert run(cfg) == 0 and len(fake.log_lines()) == len(sent)  # all written: nothing re-sent
         assert evaluate_sessions(cfg, {ids[0]}, desc="optimize:evaluate") == 0 and len(fake.log_lines()) == len(sent)
-    assert len(sent) == 2 * (1 + 2 + 1)  # per session: the client, two supervisors, the counselor itself
+    assert len(sent) == 2 * (2 + 2 + 1)  # per session: two evaluators on client and supervisor, m1 on itself
     assert all(SECRET in r["content"] for r in sent if "arena_client" in r["request_key"])
     assert not any(SECRET in r["content"] for r in sent if "arena_supervisor" in r["request_key"])
     scores = TableStore(tmp_path / "run", SCORES).read()
     calls = scores.drop_duplicates(["subject_id", "judge", "rubric"])
     assert set(zip(calls["rubric"], calls["judge"], calls["evaluator_role"])) == {
-        ("arena_client", "sim", "client"), ("arena_supervisor", "sup1", "supervisor"),
-        ("arena_supervisor", "sup2", "supervisor"), ("arena_counselor", "m1", "counselor")}
+        ("arena_client", "sup1", "client"), ("arena_client", "sup2", "client"),
+        ("arena_supervisor", "sup1", "supervisor"), ("arena_supervisor", "sup2", "supervisor"),
+        ("arena_counselor", "m1", "counselor")}
     assert set(scores["subject_type"]) == {"session"} and set(scores["responder"]) == {"m1"}
-    assert set(scores["status"]) == {"ok"} and len(scores) == 2 * (2 + 2 * 2 + 2)
+    assert set(scores["status"]) == {"ok"} and len(scores) == 2 * (2 * 2 + 2 * 2 + 2)
 
 
 def test_an_evaluation_subset_scores_only_those_sessions(tmp_path, monkeypatch):
-    monkeypatch.setattr("jobs.runner.run_model_stage", _direct)
     with FakeServer() as fake:
         fake_judges(monkeypatch, tmp_path / "conf", fake.base_url, names=("sim", "sup1", "sup2", "m1"))
         write_scales(tmp_path / "conf")
         ids = write_run(tmp_path / "run", {"c1": "public", "c2": "public"})
-        assert evaluate_sessions(_cfg(tmp_path), {ids[1]}) == 0
-        assert len(fake.log_lines()) == 4
+        assert evaluate_sessions(_cfg(tmp_path, evaluator="sup1"), {ids[1]}) == 0
+        assert len(fake.log_lines()) == 3
     assert set(TableStore(tmp_path / "run", SCORES).read()["subject_id"]) == {ids[1]}
 
 
@@ -232,7 +252,8 @@ def test_dry_run_before_sessions_plans_cards_x_models_x_variants(tmp_path, monke
         assert fake.stats()["requests"] == 0
     out = capsys.readouterr().out
     assert "evaluate (planned): 12 session(s), each on 3 scale(s)" in out
-    assert "evaluate:client (planned): rubric 'arena_client', 12 call(s)" in out
+    # 12 sessions, each scale filled in by both evaluators (sup1, sup2)
+    assert "evaluate:client (planned): rubric 'arena_client', 24 call(s)" in out
     assert "evaluate:supervisor (planned): rubric 'arena_supervisor', 24 call(s)" in out
-    assert "evaluate:counselor (planned): rubric 'arena_counselor', 12 call(s)" in out
+    assert "evaluate:counselor (planned): rubric 'arena_counselor', 24 call(s)" in out
     assert not (tmp_path / "run").exists()

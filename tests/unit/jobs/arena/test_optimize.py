@@ -29,12 +29,12 @@ from jobs.stage import endpoints_to_spec
 from jobs.core.store import TableStore, read_table
 from serving.client import STATUS_ERROR, STATUS_OK, ChatResult, Endpoint
 from jobs.core.modelconfig import ModelConfig
-from jobs.core.configfiles import CONF_DIR
 from serving.governance import DataGovernanceError
 from tests.conftest import write_model_dir
 from tests.unit.jobs.sqpsych.judging_helpers import RUN
 
 COUNSELOR, CLIENT, SUPERVISOR = "counselor-a", "client-sim", "sup-1"
+WRITTEN = "You moved to advice before the client felt heard; reflect her words first."
 GOOD = json.dumps({"reflection": "I advised too early.", "revised_prompt": "Listen first; reflect feelings."})
 
 # Three toy scales (the real files are other helpers'; the loop only needs their shape). Item
@@ -65,7 +65,7 @@ def write_conf(tmp: Path) -> Path:
 @pytest.fixture
 def conf(tmp_path, monkeypatch) -> Path:
     c = write_conf(tmp_path)
-    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [c, CONF_DIR])
+    monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(c))
     return c
 
 
@@ -282,15 +282,20 @@ class Fakes:
         self.reflected: list[str] = []
         self.ran: list[str] = []
         self.evaluated: list[set] = []
+        self.sent: list[tuple] = []
+        self.plans: list = []
 
     def run_model_stage(self, rows, models, stage_cls, stage_kwargs, store, *, sensitivity, run, desc, counter=None):
-        assert stage_cls is ReflectStage and {m.name for m in models} == set(rows["counselor"])
+        assert stage_cls is ReflectStage and {m.name for m in models} >= set(rows["counselor"])
         self.reflected += list(rows["session_id"])
         answers = {sid: ChatResult(status=STATUS_OK, content=self.answer, attempts=1) for sid in rows["session_id"]}
         stage = ReflectStage(endpoints_to_spec({m.name: Endpoint(m, m.base_url) for m in models}), 1.0, sensitivity,
                              **stage_kwargs)
 
         async def chat(model, messages, params, *, response_format, sensitivity, request_key):
+            self.sent.append((model, request_key, messages[-1]["content"]))
+            if request_key.endswith("#feedback"):
+                return ChatResult(status=STATUS_OK, content=WRITTEN, attempts=1, prompt_tokens=70, completion_tokens=9)
             return answers[request_key.split("#")[0]]
 
         stage.client.chat = chat
@@ -303,6 +308,7 @@ class Fakes:
         assert set(cards["card_id"]) >= {p.card_id for p in plans}
         for p in plans:
             self.ran.append(p.session_id)
+            self.plans.append(p)
             write_session(Path(cfg.run_dir), p.card_id, p.iteration, prompt=p.counselor_prompt,
                           parent=p.parent_session_id)
         return {"ok": len(plans), "failed": 0}
@@ -334,9 +340,12 @@ def start_run(tmp_path: Path, c1: str = "public") -> tuple[Path, str, str]:
     return run_dir, s1, s2
 
 
+PROMPT = OptimizeSettings(mode="prompt")
+
+
 def test_an_iteration_improves_the_failed_session_and_the_loop_stops_when_all_pass(tmp_path, conf, fakes, capsys):
     run_dir, s1, s2 = start_run(tmp_path)
-    assert optimize.run(config(run_dir)) == 0
+    assert optimize.run(config(run_dir, optimize=PROMPT)) == 0
     new = "c1|counselor-a|vanilla|it1"
     assert fakes.reflected == [new] and fakes.ran == [new] and fakes.evaluated == [{new}]
     out = capsys.readouterr().out
@@ -345,7 +354,13 @@ def test_an_iteration_improves_the_failed_session_and_the_loop_stops_when_all_pa
     it = read_table(run_dir, ITERATIONS).set_index("session_id").loc[new]
     assert it["parent_session_id"] == s1 and it["status"] == STATUS_OK and it["iteration"] == 1
     assert list(it["lowest_items"]) == ["client.empathy", "client.trust", "client.hope"]
-    assert len(it["methods"]) == 2 and "The empathy of the session." in it["feedback"]
+    # the feedback is written by the evaluator (sup-1) from the items, anchors and transcript
+    assert len(it["methods"]) == 2 and "The empathy of the session." in it["feedback_items"]
+    assert it["feedback"] == WRITTEN and it["feedback_model"] == SUPERVISOR
+    assert (it["feedback_prompt_tokens"], it["feedback_completion_tokens"]) == (70, 9)
+    (writer, _, asked), (counselor, _, reflect) = [x for x in fakes.sent if x[1].startswith("c1|")]
+    assert writer == SUPERVISOR and "The empathy of the session." in asked and "Client: client says" in asked
+    assert counselor == COUNSELOR and WRITTEN in reflect and "The empathy of the session." not in reflect
     session = read_table(run_dir, SESSIONS).set_index("session_id").loc[new]
     assert session["counselor_prompt"] == "Listen first; reflect feelings." and session["parent_session_id"] == s1
 
@@ -353,13 +368,13 @@ def test_an_iteration_improves_the_failed_session_and_the_loop_stops_when_all_pa
 def test_a_rerun_asks_nothing_again_for_a_finished_iteration(tmp_path, conf, fakes, capsys):
     run_dir, _, _ = start_run(tmp_path)
     fakes.passes_after = False  # it1 fails too: iteration 2 improves it again
-    assert optimize.run(config(run_dir)) == 0
+    assert optimize.run(config(run_dir, optimize=PROMPT)) == 0
     asked = (list(fakes.reflected), list(fakes.ran))
     assert asked == (["c1|counselor-a|vanilla|it1", "c1|counselor-a|vanilla|it2"],) * 2
     it2 = read_table(run_dir, ITERATIONS).set_index("session_id").loc["c1|counselor-a|vanilla|it2"]
     assert it2["parent_session_id"] == "c1|counselor-a|vanilla|it1"  # the chain goes on from its latest
     capsys.readouterr()
-    assert optimize.run(config(run_dir)) == 0
+    assert optimize.run(config(run_dir, optimize=PROMPT)) == 0
     assert (fakes.reflected, fakes.ran) == asked  # nothing reflected or run again
     out = capsys.readouterr().out
     assert "reflect it1: 0 reflection(s) to request, 1 already written" in out
@@ -370,12 +385,12 @@ def test_a_rerun_asks_nothing_again_for_a_finished_iteration(tmp_path, conf, fak
 def test_a_reflection_that_does_not_parse_fails_the_step_and_is_asked_again(tmp_path, conf, fakes, capsys):
     run_dir, _, _ = start_run(tmp_path)
     fakes.answer = '{"reflection": "no prompt here"}'
-    assert optimize.run(config(run_dir, iterations=1)) == 1
+    assert optimize.run(config(run_dir, iterations=1, optimize=PROMPT)) == 1
     row = read_table(run_dir, ITERATIONS).iloc[0]
     assert row["status"] == "parse_error" and "no revised_prompt" in row["error"]
     assert fakes.ran == []  # no session without a rewritten prompt
     fakes.answer = GOOD
-    assert optimize.run(config(run_dir, iterations=1)) == 0
+    assert optimize.run(config(run_dir, iterations=1, optimize=PROMPT)) == 0
     assert "resume: 1 reflection(s) of iteration 1" in capsys.readouterr().out
     assert read_table(run_dir, ITERATIONS).iloc[0]["status"] == STATUS_OK and fakes.ran == ["c1|counselor-a|vanilla|it1"]
 
@@ -389,11 +404,14 @@ def test_select_all_improves_passed_sessions_too(tmp_path, conf, fakes):
 
 def test_a_dry_run_prints_the_calls_of_every_iteration_and_calls_nothing(tmp_path, conf, fakes, capsys):
     run_dir, _, _ = start_run(tmp_path)
-    assert optimize.run(config(run_dir, dry_run=True, iterations=3)) == 0
+    assert optimize.run(config(run_dir, dry_run=True, iterations=3, optimize=PROMPT)) == 0
     out = capsys.readouterr().out
-    for k in (1, 2, 3):
-        assert (f"optimize (planned): iteration {k}: at most 2 session(s) re-run: 2 reflection call(s), "
-                "4 counselor and 4 client turn(s), 6 evaluation(s)") in out
+    for k in (1, 2, 3):  # 2 chains x 2 rounds; the evaluator sup-1 on each of the 3 scales
+        assert (f"optimize (planned): iteration {k} (mode prompt): at most 2 session(s) re-run: 2 feedback call(s), "
+                "2 reflection call(s), 4 counselor turn(s) of 1 call(s) and 4 client turn(s), 6 evaluation(s)") in out
+    assert optimize.run(config(run_dir, dry_run=True, iterations=1)) == 0
+    assert ("optimize (planned): iteration 1 (mode response): at most 2 session(s) re-run: 2 feedback call(s), "
+            "4 counselor turn(s) of 3 call(s) and 4 client turn(s), 6 evaluation(s)") in capsys.readouterr().out
     assert fakes.reflected == [] and fakes.ran == [] and not read_table(run_dir, ITERATIONS).shape[0]
 
 
@@ -403,7 +421,7 @@ def test_settings_are_strict():
     with pytest.raises(ValueError):
         OptimizeSettings(mode="responses")
     s = OptimizeSettings()
-    assert (s.select, s.lowest_items, s.methods, s.mode) == ("failed", 3, 2, "prompt")
+    assert (s.select, s.lowest_items, s.methods, s.mode, s.feedback) == ("failed", 3, 2, "response", "model")
     assert s.reflect_generation.temperature == 0.3 and s.reflect_generation.max_tokens == 1024
 
 
@@ -430,6 +448,45 @@ def test_no_supervisor_is_a_config_error_before_any_call(tmp_path, conf, fakes):
     from jobs.core.configfiles import ConfigError
 
     run_dir, _, _ = start_run(tmp_path)
-    with pytest.raises(ConfigError, match="judges"):
+    with pytest.raises(ConfigError, match="no evaluator"):
         optimize.run(config(run_dir, judges=[]))
     assert fakes.reflected == []
+
+
+def test_response_mode_writes_the_feedback_and_reruns_with_every_turn_rewritten(tmp_path, conf, fakes, capsys):
+    """The paper's loop: no prompt rewrite; the new session keeps the prompt and carries the
+    written feedback and the methods' guides for its per-turn reflection and rewrite."""
+    run_dir, s1, _ = start_run(tmp_path)
+    assert optimize.run(config(run_dir, iterations=1)) == 0
+    new = "c1|counselor-a|vanilla|it1"
+    assert [x[:2] for x in fakes.sent] == [(SUPERVISOR, f"{new}#feedback")]  # the writer only; no reflect call
+    it = read_table(run_dir, ITERATIONS).set_index("session_id").loc[new]
+    assert (it["mode"], it["status"], it["feedback"]) == ("response", STATUS_OK, WRITTEN)
+    parent_prompt = read_table(run_dir, SESSIONS).set_index("session_id").loc[s1, "counselor_prompt"]
+    assert it["revised_prompt"] == parent_prompt and pd.isna(it["reflection"])
+    (plan,) = fakes.plans
+    assert (plan.session_id, plan.mode, plan.feedback, plan.counselor_prompt) == (new, "response", WRITTEN,
+                                                                                  parent_prompt)
+    kb = load_knowledge_base()
+    assert plan.methods == kb.guide_text([kb.method(m) for m in it["methods"]]) and plan.methods
+    assert "rewriting every counselor response" in capsys.readouterr().out
+
+
+def test_a_failed_feedback_call_is_an_error_row_and_no_reflection_is_asked():
+    sid = "c1|counselor-a|vanilla|it1"
+    rows = reflect_rows([sid]).assign(feedback_model=COUNSELOR, feedback_prompt="write feedback", feedback=None,
+                                      feedback_items="items", mode="prompt", counselor_prompt="Be kind.")
+    sent: list = []
+    m = counselor_model()
+    stage = ReflectStage(endpoints_to_spec({m.name: Endpoint(m, m.base_url)}), 1.0, "public",
+                         overrides={"max_tokens": 800}, run_id="t", feedback_overrides={"max_tokens": 64})
+
+    async def chat(model, messages, params, *, response_format, sensitivity, request_key):
+        sent.append(request_key)
+        return ChatResult(status=STATUS_ERROR, error="HTTP 503", attempts=2, prompt_tokens=None)
+
+    stage.client.chat = chat
+    out = asyncio.run(stage(rows)).to_pandas().iloc[0]
+    assert sent == [f"{sid}#feedback"]  # the reflection is not asked without feedback
+    assert out["status"] == STATUS_ERROR and out["error"] == f"feedback writer {COUNSELOR}: HTTP 503"
+    assert out["feedback_items"] == "items" and pd.isna(out["feedback"])

@@ -16,6 +16,10 @@ EXPECTED = {
     "counselor_vanilla.txt": set(),
     "counselor_psycho.txt": set(),
     "counselor_turn.txt": {"history", "round", "rounds"},
+    "counselor_turn_vanilla.txt": {"history"},
+    "feedback_writer.txt": {"transcript", "items"},
+    "turn_reflect.txt": {"history", "draft", "feedback", "methods"},
+    "turn_rewrite.txt": {"history", "draft", "reflection", "methods"},
     "client.txt": {"card", "phase_instruction", "history", "round", "rounds"},
     "card_extract.txt": {"post", "taxonomy"},
     "reflect.txt": {"counselor_prompt", "transcript", "feedback", "methods"},
@@ -70,3 +74,17 @@ def test_phases_file():
     assert [p["share"] for p in phases] == [0.3, 0.4, 0.3]
     assert all(set(p) == {"name", "share", "instruction"} and p["instruction"].strip() for p in phases)
     assert "{" not in "".join(p["instruction"] for p in phases)
+
+
+def test_one_iteration_count_in_code_experiment_and_comment():
+    """Issue 21: the code default, conf/experiment/arena.yaml and its comment once said 3, 2 and "three"."""
+    from jobs.arena.common import ArenaRunConfig
+
+    text = (ROOT / "conf" / "experiment" / "arena.yaml").read_text(encoding="utf-8")
+    assert ArenaRunConfig.model_fields["iterations"].default == yaml.safe_load(text)["iterations"] == 3
+    assert "three closed-loop" in text and "three iterations" in text
+
+
+def test_the_vanilla_turn_names_no_counselor_role():
+    text = (ARENA / "counselor_turn_vanilla.txt").read_text(encoding="utf-8").lower()
+    assert "counselor" not in text and "counsel" not in text

@@ -16,7 +16,7 @@ from jobs.core.store import TableStore
 from jobs.core.configfiles import ConfigError
 from serving.deploy import ServingConfig
 
-RUN = dict(experiment="arena_test", cluster=ClusterConfig(), serving=ServingConfig())
+RUN = dict(experiment="arena_test", cluster=ClusterConfig(runner="inline"), serving=ServingConfig())  # no Ray
 HEADER = "expert,card_id,scale,counselor,variant,rank\n"
 
 

@@ -31,9 +31,9 @@ from jobs.core.configfiles import CONF_DIR, ConfigError
 from serving.deploy import ServingConfig
 from serving.governance import DataGovernanceError
 from tests.fakes.openai_server import FakeServer
-from tests.unit.jobs.sqpsych.judging_helpers import direct_stage, fake_judges
+from tests.conftest import fake_judges
 
-RUN = dict(experiment="arena_test", cluster=ClusterConfig(), serving=ServingConfig())
+RUN = dict(experiment="arena_test", cluster=ClusterConfig(runner="inline"), serving=ServingConfig())  # no Ray
 PHASES = [("trust_building", 0.3, "Be guarded; share little."), ("diagnosis", 0.4, "Describe the problem in depth."),
           ("solution_exploration", 0.3, "Ask what you could do.")]
 SECRET = "insomnia since the divorce"  # in every card write_cards writes
@@ -64,7 +64,7 @@ def write_conf(conf: Path, phases=PHASES) -> Path:
 def conf(tmp_path, monkeypatch) -> Path:
     """A config folder searched before conf/, holding the arena prompt files."""
     folder = write_conf(tmp_path / "conf")
-    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [folder, CONF_DIR])
+    monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(folder))
     return folder
 
 
@@ -105,7 +105,7 @@ def test_every_phase_gets_a_round_when_there_are_enough(conf, rounds, spans):
 
 def test_a_phase_with_a_tiny_share_still_gets_its_round(tmp_path, monkeypatch):
     folder = write_conf(tmp_path / "c", [("a", 0.05, "x"), ("b", 0.9, "y"), ("c", 0.05, "z")])
-    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [folder])
+    monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(folder))
     assert _spans(load_phases("arena/phases.yaml", 5)) == [("a", 1, 1), ("b", 2, 4), ("c", 5, 5)]
 
 
@@ -124,7 +124,7 @@ def test_fewer_rounds_than_phases_keep_the_last_phases(conf, rounds, kept):
 ])
 def test_a_bad_phases_file_names_the_file_the_phase_and_the_field(tmp_path, monkeypatch, phases, match):
     folder = write_conf(tmp_path / "c", phases)
-    monkeypatch.setattr("jobs.core.configfiles.search_dirs", lambda: [folder])
+    monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(folder))
     with pytest.raises(ConfigError, match=match) as err:
         load_phases("arena/phases.yaml", 25)
     assert "phases.yaml" in str(err.value)
@@ -172,6 +172,8 @@ def test_specs_carry_the_card_the_agents_and_rules_of_a_fixed_length_session(tmp
     assert "{phase_instruction}" in client.template and client.generation == {"temperature": 0.9}
     assert (counselor.role, counselor.label, counselor.model) == ("counselor", "Counselor", "m1")
     assert counselor.system == "You are a helpful assistant." and counselor.generation == {"temperature": 0.2}
+    # the vanilla counselor gets no counselor role from its per-turn message either (the paper)
+    assert "counselor" not in counselor.template.lower() and "{history}" in counselor.template
     assert s.tested_role == "counselor" and s.variant == "vanilla" and s.context_id == "c1"
     assert s.fields == {"card": f"Card c1: 34, teacher; {SECRET}.", "rounds": "25", "theme": "emotion",
                         "topic": "insomnia"}
@@ -244,17 +246,10 @@ def test_transcript_is_client_and_counselor_lines_in_turn_order():
 # --- the step, in-process -------------------------------------------------------------------------
 
 
-def _direct(rows, models, stage_cls, stage_kwargs, store, **kw):
-    def ok_rows(t):
-        return t.num_rows, sum(s == "ok" for s in t.column("status").to_pylist())
-    return direct_stage(rows, models, stage_cls, stage_kwargs, store, counter=ok_rows, **kw)
-
-
 @pytest.mark.parametrize("roles", [dict(models=["ext"], client_model="sim"), dict(models=["m1"], client_model="ext")])
 def test_no_byte_of_a_restricted_card_reaches_an_external_endpoint(tmp_path, monkeypatch, roles):
     """As counselor or as client simulator, an external model is refused before any request or file
     (every fake model file is external; the public card c1 passes, the restricted c2 stops the step)."""
-    monkeypatch.setattr("jobs.runner.run_model_stage", _direct)
     with FakeServer() as recorder:
         fake_judges(monkeypatch, tmp_path / "conf", recorder.base_url, names=("ext", "sim", "m1"))
         write_conf(tmp_path / "conf")
@@ -267,7 +262,6 @@ def test_no_byte_of_a_restricted_card_reaches_an_external_endpoint(tmp_path, mon
 
 
 def test_sessions_run_in_process_write_their_rows_and_resume_without_resending(tmp_path, monkeypatch):
-    monkeypatch.setattr("jobs.runner.run_model_stage", _direct)
     with FakeServer() as fake:
         fake_judges(monkeypatch, tmp_path / "conf", fake.base_url, names=("m1", "sim"))
         write_conf(tmp_path / "conf")
@@ -298,7 +292,6 @@ def test_sessions_run_in_process_write_their_rows_and_resume_without_resending(t
 def test_a_failed_session_is_kept_then_resumed_and_its_row_rewritten(tmp_path, monkeypatch):
     """The counselor's endpoint fails: the session keeps the client's first turn and says so; once
     the endpoint answers, the same command resumes it from turn 2 and replaces the row."""
-    monkeypatch.setattr("jobs.runner.run_model_stage", _direct)
     with FakeServer() as good, FakeServer(always_fail="500") as bad:
         fake_judges(monkeypatch, tmp_path / "conf", good.base_url, names=("sim",))
         fake_judges(monkeypatch, tmp_path / "conf", bad.base_url, names=("m1",), max_retries=0)
@@ -349,3 +342,31 @@ def test_dry_run_before_the_cards_step_plans_from_the_dataset_limit(tmp_path, mo
     assert "3 card(s) x 2 counselor model(s) x 2 variant(s) = 12 session(s) of 25 round(s)" in out
     assert re.search(r"m1 +150 ", out) and re.search(r"sim +300 ", out)  # 6 sessions x 25 turns; 12 x 25
     assert not (tmp_path / "run").exists()
+
+
+def test_a_response_mode_session_drafts_reflects_and_rewrites_every_counselor_turn(tmp_path, conf):
+    write_cards(tmp_path / "run", {"c1": "public"})
+    cfg = _cfg(tmp_path)
+    cards = ok_cards(tmp_path / "run")
+    plan = SessionPlan(session_id="c1|m1|psycho|it1", card_id="c1", counselor="m1", variant="psycho", iteration=1,
+                       parent_session_id="c1|m1|psycho|it0", counselor_prompt="Be a CBT counselor.",
+                       mode="response", feedback="You rushed to advice.", methods="## CBT\nReframe thoughts.")
+    (spec,), _ = build_specs([plan], cards, cfg)
+    client, counselor = spec.agents
+    assert [s.name for s in counselor.revisions] == ["reflection", "rewrite"] and client.revisions == []
+    assert {s.system for s in counselor.revisions} == {"Be a CBT counselor."}
+    assert "{draft}" in counselor.revisions[0].template and "{feedback}" in counselor.revisions[0].template
+    assert "{reflection}" in counselor.revisions[1].template and "{methods}" in counselor.revisions[1].template
+    assert spec.fields["feedback"] == "You rushed to advice." and spec.fields["methods"].startswith("## CBT")
+    # a prompt-mode (or iteration-0) session has no per-turn calls
+    (plain,), _ = build_specs([plan.model_copy(update={"mode": "prompt"})], cards, cfg)
+    assert plain.agents[1].revisions == [] and "feedback" not in plain.fields
+
+
+def test_the_sessions_run_in_the_data_language(tmp_path, conf):
+    write_cards(tmp_path / "run", {"c1": "public"})
+    cfg = _cfg(tmp_path, language="zh")
+    cards = ok_cards(tmp_path / "run")
+    (spec, *_), _ = build_specs(base_plans(cards, cfg), cards, cfg)
+    for agent in spec.agents:
+        assert agent.template.endswith("Write everything you write in Chinese (简体中文).")

@@ -216,3 +216,33 @@ def test_a_protocols_template_tokens_are_removed_from_the_raw_answer(tmp_path):
         ms = [model("a", fake.base_url), model("b", fake.base_url)]
         out = run(stage(ms, tmp_path), batch([s]))
     assert [t["text"] for t in out.iloc[0]["turns"]] == ["echo: hi 1", "echo: ok 2"]
+
+
+def test_revision_steps_rewrite_each_turn_and_the_partner_sees_only_the_rewrite(tmp_path):
+    """The per-turn hook: the therapist drafts, reflects on the draft, rewrites it; the client's
+    history holds only the rewrite; the turn keeps the draft and both steps with their tokens."""
+    from jobs.dialogue import RevisionStep
+
+    base = spec(client="{history}", max_turns=2)
+    steps = [RevisionStep(name="reflect", template="judge <{draft}>", system="sys {questionnaire}"),
+             RevisionStep(name="rewrite", template="fix <{draft}> after <{reflect}>")]
+    therapist = base.agents[0].model_copy(update={"revisions": steps})
+    revised = base.model_copy(update={"agents": [therapist, base.agents[1]]})
+    with FakeServer() as fake:
+        ms = [model("a", fake.base_url), model("b", fake.base_url)]
+        out = run(stage(ms, tmp_path), batch([revised]))
+        sent = fake.log_lines()
+    assert keys(sent) == ["p0|a#1", "p0|a#1/reflect", "p0|a#1/rewrite", "p0|a#2"]
+    assert sent[1]["content"] == "judge <echo: say 1>"
+    assert sent[2]["content"] == "fix <echo: say 1> after <echo: judge <echo: say 1>>"
+    final = "echo: fix <echo: say 1> after <echo: judge <echo: say 1>>"
+    assert sent[3]["content"] == f"Therapist: {final}"  # the client sees the rewrite only
+    row = out.iloc[0]
+    assert row["turns"][0]["text"] == final and row["status"] == "ok"
+    turns = TableStore(tmp_path, TURNS).read().sort_values("turn")
+    first = turns.iloc[0]
+    assert [s["name"] for s in first["steps"]] == ["draft", "reflect", "rewrite"]
+    assert [s["text"] for s in first["steps"]] == ["echo: say 1", "echo: judge <echo: say 1>", final]
+    per_step = [s["completion_tokens"] for s in first["steps"]]
+    assert all(t > 0 for t in per_step) and first["completion_tokens"] == sum(per_step)
+    assert first["attempts"] == 3 and turns.iloc[1]["steps"] is None  # the client's turn is not revised

@@ -16,7 +16,7 @@ from jobs.core.schemas import DIALOGUES, STATUS_OK
 from jobs.sqpsych.schemas import PROFILES
 from jobs.core.store import TableStore
 from serving.deploy import ServingConfig
-from tests.conftest import write_model_dir
+from tests.conftest import fake_judges, write_model_dir  # noqa: F401 - re-exported
 
 # The inline runner (`cluster=inline`): the jobs' stages run in this process, no Ray.
 RUN = dict(experiment="sqpsych_test", cluster=ClusterConfig(runner="inline"), serving=ServingConfig())
@@ -51,12 +51,5 @@ def write_profiles(run_dir: Path, sensitivity: dict[str, str | None], with_colum
         return
     (run_dir / PROFILES.name).mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).drop(columns="sensitivity").to_parquet(run_dir / PROFILES.name / "part-000.parquet", index=False)
-
-
-def fake_judges(monkeypatch, tmp: Path, base_url: str, names=("judge1",), **fields) -> None:
-    """Model files for fake external judges, found on the config search path (before conf/)."""
-    for n in names:
-        write_model_dir(tmp, n, base_url, **fields)
-    monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(tmp))
 
 

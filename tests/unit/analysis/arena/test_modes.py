@@ -1,0 +1,67 @@
+"""`analysis.arena.modes`: the two optimization modes on the same first sessions, their gains and
+their calls and tokens, counted by hand on a small run (helpers.TOTALS)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from analysis.arena.modes import compare_modes, main
+from jobs.arena.schemas import ITERATIONS
+from jobs.core.schemas import TURNS
+from tests.unit.analysis.arena.helpers import build_run, iteration_row, write
+
+
+def _mode(run, mode):
+    (run / "run_inputs.json").write_text(json.dumps({"optimize": {"decides": {"optimize.mode": mode}}}))
+
+
+def _step(name, p, c):
+    return {"name": name, "text": name, "attempts": 1, "prompt_tokens": p, "completion_tokens": c, "latency_s": 0.1,
+            "finish_reason": "stop"}
+
+
+@pytest.fixture
+def runs(tmp_path):
+    a, b = build_run(tmp_path / "response"), build_run(tmp_path / "prompt")
+    _mode(a, "response")
+    _mode(b, "prompt")
+    for run in (a, b):  # this test's own iteration rows replace the helpers'
+        shutil.rmtree(run / ITERATIONS.name)
+    sid = "c1|m1|vanilla|it1"
+    # run a: the client turn (one call, 10 + 5 tokens) and a rewritten counselor turn (3 calls, 130 tokens)
+    write(a, TURNS, [
+        {"dialogue_id": sid, "turn": 1, "role": "client", "text": "hi", "prompt_tokens": 10, "completion_tokens": 5,
+         "status": "ok"},
+        {"dialogue_id": sid, "turn": 2, "role": "counselor", "text": "final", "prompt_tokens": 90,
+         "completion_tokens": 40, "status": "ok",
+         "steps": [_step("draft", 30, 10), _step("reflection", 30, 20), _step("rewrite", 30, 10)]}])
+    # its iteration: the feedback writer's call (50 + 20 tokens), no reflection call
+    write(a, ITERATIONS, [{**iteration_row("c1", "m1", "vanilla", 1), "feedback_model": "ev",
+                           "feedback_prompt_tokens": 50, "feedback_completion_tokens": 20}])
+    # run b: a reflection call (raw answer, 40 + 60 tokens) and one plain counselor turn (7 + 3)
+    write(b, ITERATIONS, [{**iteration_row("c1", "m1", "vanilla", 1), "raw": "{...}", "prompt_tokens": 40,
+                           "completion_tokens": 60}])
+    write(b, TURNS, [{"dialogue_id": sid, "turn": 2, "role": "counselor", "text": "x", "prompt_tokens": 7,
+                      "completion_tokens": 3, "status": "ok"}])
+    return a, b
+
+
+def test_both_modes_side_by_side_with_their_gains_and_cost(runs):
+    table, notes = compare_modes(list(runs))
+    assert notes == []  # the same iteration-0 sessions
+    t = table.set_index(["mode", "counselor", "variant"])
+    r = t.loc[("response", "m1", "vanilla")]
+    # c1's chain fails at it0 and passes at it2: one chain, 0 -> 1
+    assert (r["n"], r["pass_before"], r["pass_after"], r["gain"]) == (1, 0.0, 1.0, 1.0)
+    assert r["calls"] == 1 + 3 + 1 and r["tokens"] == 15 + 130 + 70
+    p = t.loc[("prompt", "m1", "vanilla")]
+    assert p["calls"] == 1 + 1 and p["tokens"] == 100 + 10 and p["calls_per_chain"] == 2
+
+
+def test_the_command_writes_the_table(runs, tmp_path, capsys):
+    main([str(runs[0]), str(runs[1]), "--out", str(tmp_path / "cmp")])
+    assert "response" in capsys.readouterr().out
+    assert (tmp_path / "cmp" / "modes.csv").is_file()
