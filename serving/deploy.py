@@ -20,6 +20,9 @@ from jobs.core.base import StrictModel
 
 from serving.client import Endpoint
 from jobs.core.modelconfig import ModelConfig
+from cluster.config import ClusterConfig
+from cluster.connect import connect
+from jobs.core.configfiles import ConfigError, load_model
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +144,7 @@ def ensure(models: list[ModelConfig], cfg: ServingConfig, verbose: bool = False)
             if app_name(model) in running:
                 log.info("model %s already hosted", model.name)
                 continue
-            from serving.cpu_app import build_cpu_app
+            from serving.cpu_app import build_cpu_app  # llama.cpp: only where a CPU model is hosted
 
             log.info("deploying %s on the CPU engine", model.name)
             serve.run(build_cpu_app(model), name=app_name(model), route_prefix=f"/{app_name(model)}",
@@ -176,7 +179,7 @@ def _ensure_vllm(models: list[ModelConfig], running: dict[str, str], verbose: bo
     """All vLLM models share one `ray.serve.llm` OpenAI app (it routes by the `model` field)."""
     from ray import serve
 
-    from serving.vllm_app import build_vllm_app
+    from serving.vllm_app import build_vllm_app  # vLLM's configs: only where vLLM models are hosted
 
     if VLLM_APP in running:
         # Redeploying with another model set would restart every replica of every model; the
@@ -198,10 +201,6 @@ def _main() -> None:
 
     @hydra.main(version_base="1.3", config_path="../conf", config_name="deploy")
     def main(raw) -> None:
-        from cluster.config import ClusterConfig
-        from cluster.connect import connect
-        from jobs.core.configfiles import ConfigError, load_model
-
         data = OmegaConf.to_container(raw, resolve=True)
         try:
             cluster = ClusterConfig(**data["cluster"])

@@ -21,12 +21,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-if TYPE_CHECKING:
-    from jobs.arena.taxonomy import Taxonomy
+from jobs.arena.taxonomy import Taxonomy, load_taxonomy
 
 UNKNOWN = "unknown"
 
@@ -80,8 +79,6 @@ class NpcCard(BaseModel):
         topic by their titles (`taxonomy`: the one the card was checked against; default the
         bundled file)."""
         if taxonomy is None:
-            from jobs.arena.taxonomy import load_taxonomy
-
             taxonomy = load_taxonomy()
         theme = taxonomy.themes.get(self.theme)
         topic = next((t.title for t in theme.topics if t.id == self.topic), self.topic) if theme else self.topic

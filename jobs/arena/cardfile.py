@@ -21,7 +21,7 @@ from jobs.arena.card import (
     field_name,
     table_row,
 )
-from jobs.arena.cards import (
+from jobs.arena.cards_config import (
     EXTRACTOR_FILE,
     FILE_EXTRAS,
     CardsConfig,

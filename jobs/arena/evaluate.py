@@ -45,6 +45,9 @@ from jobs.core.schemas import SCORES, STATUS_OK
 from jobs.core.store import TableStore
 from jobs.core.configfiles import ConfigError, load_model
 from serving.governance import check_all
+from jobs.arena.sessions import render_transcript
+from jobs.core.rundir import check_writable, record_inputs
+from jobs.judge import judge_planned
 
 __all__ = ["EVAL_PLACEHOLDERS", "EvaluateConfig", "cards_sensitivity", "check_evaluators", "check_rubric", "evaluate_sessions",
            "evaluators", "load_scales", "ok_sessions", "plan_scale", "run"]
@@ -141,8 +144,6 @@ def plan_scale(role: str, rubric: Rubric, sessions: pd.DataFrame, cards: pd.Data
                cfg: ArenaRunConfig) -> tuple[pd.DataFrame, int]:
     """(session, evaluator) rows of one scale, with the rubric's placeholders as columns; also
     how many sessions were left out because the rubric shows the card and the run has none."""
-    from jobs.arena.sessions import render_transcript
-
     needs = [p for p in EVAL_PLACEHOLDERS if p in rubric.placeholders]
     card_of = dict(zip(cards["card_id"].astype(str), cards["rendered"]))
     rows, missing = [], 0
@@ -221,7 +222,6 @@ def evaluate_sessions(cfg: ArenaRunConfig, session_ids: set[str] | None = None, 
     models = {n: load_model(n) for n in dict.fromkeys(n for ns in names.values() for n in ns)}
     # Every evaluator of every scale, before the first call of any.
     check_all(models.values(), sensitivity, f"the cards of {run_dir} (and the sessions role-played from them)")
-    from jobs.core.rundir import check_writable, record_inputs
 
     # A scale's version decides what its scores mean: another version on this run is refused;
     # more judges or models add rows.
@@ -234,7 +234,6 @@ def evaluate_sessions(cfg: ArenaRunConfig, session_ids: set[str] | None = None, 
     if not cfg.dry_run:
         check_writable([run_dir / SCORES.name])
 
-    from jobs.judge import judge_planned
 
     # The three scales in one stage: every evaluator's calls in flight together (a stage per scale
     # left the engines idle between them).

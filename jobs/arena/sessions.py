@@ -51,6 +51,8 @@ from jobs.dialogue import (
 from jobs.core.schemas import DIALOGUES, STATUS_ERROR, STATUS_OK, TURNS
 from jobs.core.store import TableStore
 from jobs.core.configfiles import ConfigError, find_file, load_model
+from jobs.core.rundir import check_writable, record_inputs
+from jobs.core.preflight import FailureSummary, summarize
 
 __all__ = ["CLIENT", "COUNSELOR", "SessionPlan", "SessionsConfig", "base_plans", "build_specs", "load_phases",
            "ok_cards", "planned_cards", "render_transcript", "round_phases", "run", "run_sessions",
@@ -322,8 +324,6 @@ def run_sessions(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsCon
     for line in record_inputs_lines(cfg, variants, counselors):
         print(f"run: {line}", flush=True)
     if not cfg.dry_run:
-        from jobs.core.rundir import check_writable
-
         check_writable([run_dir / t.name for t in (TURNS, DIALOGUES, SESSIONS)])
     sessions = TableStore(run_dir, SESSIONS, writer=not cfg.dry_run)
     if cfg.retry_failed and not cfg.dry_run:
@@ -339,8 +339,6 @@ def run_sessions(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsCon
 
 
 def record_inputs_lines(cfg: SessionsConfig, variants: list[str], counselors: list[str]) -> list[str]:
-    from jobs.core.rundir import record_inputs
-
     return record_inputs(cfg.run_dir, RECORD_JOB, decides=_decides(cfg, variants),
                          may_grow={"models": counselors, "variants": variants}, write=not cfg.dry_run)
 
@@ -382,7 +380,6 @@ def run(cfg: SessionsConfig) -> int:
     counts = run_sessions(plans, cards, cfg, desc="sessions")
     if cfg.dry_run:
         return 0
-    from jobs.core.preflight import FailureSummary, summarize
 
     return summarize("sessions", counts["ok"], counts["failed"], counts.failures or FailureSummary(),
                      cfg.max_failed_fraction, "sessions", run_dir / SESSIONS.name)
