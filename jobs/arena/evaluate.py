@@ -70,17 +70,8 @@ class EvaluateConfig(ArenaRunConfig):
 
 def check_rubric(rubric: Rubric, role: str) -> None:
     """A scale must be about sessions, be filled in by its role, and ask only for what this job
-    can fill; else a `ConfigError` naming the rubric and what to change."""
-    if rubric.subject != SUBJECT_SESSION:
-        raise ConfigError(f"scales.{role}: rubric {rubric.name!r} judges subjects of type {rubric.subject!r}; "
-                          f"the Ψ-Arena evaluation judges {SUBJECT_SESSION!r} subjects (set `subject: session`)")
-    if rubric.evaluator_role != role:
-        raise ConfigError(f"scales.{role}: rubric {rubric.name!r} is filled in by {rubric.evaluator_role!r}, "
-                          f"not {role!r} (set `evaluator_role: {role}`, or name the right rubric under scales.{role})")
-    extra = [p for p in rubric.placeholders if p not in EVAL_PLACEHOLDERS]
-    if extra:
-        raise ConfigError(f"scales.{role}: rubric {rubric.name!r} asks for {extra}, which this job cannot fill "
-                          f"(it fills {list(EVAL_PLACEHOLDERS)})")
+    can fill (`Rubric.check_fits`); else a `ConfigError` naming the key, the rubric and the fix."""
+    rubric.check_fits(SUBJECT_SESSION, EVAL_PLACEHOLDERS, role=role, where=f"scales.{role}")
 
 
 def load_scales(cfg: ArenaRunConfig) -> dict[str, Rubric]:

@@ -120,17 +120,6 @@ def ok_dialogues(run_dir: Path) -> pd.DataFrame:
     return dialogues[dialogues["status"] == STATUS_OK].reset_index(drop=True)
 
 
-def check_placeholders(rubric: Rubric, subject: str, fills: tuple[str, ...]) -> None:
-    """A rubric this job cannot fill, or one about another kind of subject, is a config error."""
-    if rubric.subject != subject:
-        raise ConfigError(f"rubric {rubric.name!r} judges subjects of type {rubric.subject!r}; this job "
-                          f"judges {subject!r} subjects: choose a rubric whose `subject` is {subject!r}")
-    extra = [p for p in rubric.placeholders if p not in fills]
-    if extra:
-        raise ConfigError(f"rubric {rubric.name!r} asks for {extra}, which this job cannot fill "
-                          f"(it fills {list(fills)})")
-
-
 # --- which dialogues, which judges ----------------------------------------------------------------
 
 
@@ -243,7 +232,7 @@ def run(cfg: PanelConfig) -> int:
     rubric = load_rubric(cfg.rubric)  # fail early on a bad rubric file
     # The step's name in what it prints: another rubric on the panel's machinery says its own.
     desc = "panel" if cfg.rubric == PanelConfig.model_fields["rubric"].default else cfg.rubric
-    check_placeholders(rubric, SUBJECT_DIALOGUE, PANEL_PLACEHOLDERS)
+    rubric.check_fits(SUBJECT_DIALOGUE, PANEL_PLACEHOLDERS)
     judges = [load_model(name) for name in cfg.judges]
     run_dir = Path(cfg.run_dir)
     dialogues = ok_dialogues(run_dir)

@@ -31,7 +31,7 @@ from jobs.judge import judge_planned
 from jobs.core.rubric import load_rubric
 from jobs.core.schemas import DIALOGUES, SUBJECT_PAIR
 from jobs.sqpsych.panel import (
-    PROFILES_DIR, JudgingConfig, check_placeholders, ok_dialogues, planned_profiles, print_plan, read_profiles,
+    PROFILES_DIR, JudgingConfig, ok_dialogues, planned_profiles, print_plan, read_profiles,
     render_transcript, subjects_sensitivity,
 )
 from jobs.core.configfiles import ConfigError, load_model
@@ -147,7 +147,7 @@ def run(cfg: PreferenceConfig) -> int:
     if not cfg.judges:
         raise ConfigError("no judges: set judges=[model,...] (model files in conf/model/)")
     rubric = load_rubric(cfg.preference_rubric)
-    check_placeholders(rubric, SUBJECT_PAIR, PREFERENCE_PLACEHOLDERS)
+    rubric.check_fits(SUBJECT_PAIR, PREFERENCE_PLACEHOLDERS)
     if len(rubric.required_items) != 1:
         raise ConfigError(f"preference_rubric {rubric.name!r} has items {list(rubric.required_items)}; a "
                           "preference rubric has exactly one required item (1 = A better, -1 = B, 0 = tie)")
