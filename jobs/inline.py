@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 from tqdm import tqdm
 
-from jobs.core.collect import Collector, Interrupted, interrupt_signals
+from jobs.core.collect import Collector
 from jobs.core.configfiles import ConfigError
 from jobs.core.store import TableStore
 
@@ -40,18 +40,8 @@ def run_inline(rows: pd.DataFrame, stage_cls: type, stage_kwargs: dict[str, Any]
     stage = stage_cls(**stage_kwargs)
     with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar:
         collector = Collector(store, None, flush_every_s=flush_every_s, bar=bar, counter=counter)
-        with interrupt_signals():
-            try:
-                asyncio.run(_drive(stage, rows.to_dict("records"), collector))
-            except BaseException as exc:  # Ctrl-C, SIGTERM: save what finished
-                bar.clear()
-                try:
-                    collector.flush()
-                finally:
-                    if isinstance(exc, Interrupted):
-                        exc.saved = collector.saved
-                raise
-            collector.finish()
+        with collector.saving():
+            asyncio.run(_drive(stage, rows.to_dict("records"), collector))
     return collector
 
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from cluster.connect import connect
-from jobs.core.collect import Collector, Interrupted, RowSink, interrupt_signals, raise_on_sigterm
+from jobs.core.collect import Collector, RowSink, raise_on_sigterm
 from jobs.core.joblog import follow_ray
 from jobs.core.preflight import check_endpoints, check_keys
 from jobs.inline import INLINE, check_inline, run_inline
@@ -174,21 +174,11 @@ def run_stage(
                         max_concurrency, worker_num_cpus)
     with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar:
         collector = Collector(store, sink, flush_every_s=flush_every_s, bar=bar, counter=_with_reasons(counter))
-        with interrupt_signals():
+        with collector.saving():
             collector.start()
-            try:
-                # The blocks carry no rows (they went to the sink): iterating drives the run.
-                for _ in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-                    pass
-            except BaseException as exc:  # Ctrl-C, SIGTERM, a dead worker: save what finished
-                bar.clear()
-                try:
-                    collector.finish()
-                finally:
-                    if isinstance(exc, Interrupted):
-                        exc.saved = collector.saved
-                raise
-            collector.finish()
+            # The blocks carry no rows (they went to the sink): iterating drives the run.
+            for _ in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+                pass
     ray.kill(sink)  # a named actor lives as long as its driver otherwise
     return StageResult(collector.counts["ok"], collector.counts["failed"], collector.failures, collector.saved)
 

@@ -162,6 +162,24 @@ class Collector:
             self.saved += rows.num_rows
             self.write_error = None
 
+    @contextlib.contextmanager
+    def saving(self):
+        """Run a stage's body with SIGINT/SIGTERM raising `Interrupted`: whatever ends it (a
+        signal, a dead worker, a bug), the rows that finished are written first (or rescued),
+        and an `Interrupted` carries how many this run saved; a normal end writes the rest."""
+        with interrupt_signals():
+            try:
+                yield self
+            except BaseException as exc:
+                self.bar.clear()
+                try:
+                    self.finish()
+                finally:
+                    if isinstance(exc, Interrupted):
+                        exc.saved = self.saved
+                raise
+            self.finish()
+
     def due(self) -> bool:
         """True when the pending rows are older than the flush interval."""
         return time.monotonic() - self._last_flush >= self.flush_every_s
