@@ -22,6 +22,7 @@ from cluster.connect import connect
 from jobs.core.collect import Collector, RowSink, raise_on_sigterm
 from jobs.core.joblog import follow_ray
 from jobs.core.preflight import check_endpoints, check_keys
+from jobs.config import RunConfig
 from jobs.inline import INLINE, check_inline, run_inline
 from jobs.core.preflight import Counted, FailureSummary
 from jobs.core.schemas import STATUS_OK
@@ -75,7 +76,7 @@ def run_model_stage(
     store: TableStore,
     *,
     sensitivity: str,
-    run: Any,
+    run: RunConfig,
     desc: str,
     counter: Callable[[pa.Table], tuple[int, int]] | None = None,
 ) -> StageResult:

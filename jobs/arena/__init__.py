@@ -12,3 +12,5 @@ base; the session restarts and every counselor turn is drafted, reflected on and
 with `optimize.mode=prompt` the counselor rewrites its prompt; re-evaluated, per iteration) ->
 rankings (human expert rankings from CSV; `expert_sample` draws the blinded sample) -> report.
 """
+
+__all__ = ["card", "cardfile", "cards", "cards_config", "chains", "common", "config", "csvlines", "evaluate", "expert_sample", "feedback", "knowledge", "optimize", "optimize_plan", "phases", "psyqa", "rankings", "reflect", "schemas", "selection", "sessions", "taxonomy"]  # the modules: each step is `run(cfg)` in its own (conf/method/)

@@ -58,6 +58,7 @@ from jobs.stage import ChatStage
 from jobs.core.store import TableStore
 from jobs.core.modelconfig import GenerationParams
 from jobs.core.configfiles import ConfigError, find_file, load_model
+from jobs.core.callfields import call_fields, generation_fields
 from serving.governance import check_all
 from jobs.inputs import read_contexts
 from jobs.runner import plan_text, run_model_stage
@@ -124,11 +125,7 @@ class CardStage(ChatStage):
             "card_id": row["card_id"], "source": self.source, "source_id": row["source_id"],
             "sensitivity": self.sensitivity, "post": row["post"], "extractor": model,
             "prompt_version": self.prompt_version, "raw": result.content,
-            "status": result.status, "error": result.error, "attempts": result.attempts,
-            "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-            "latency_s": result.latency_s, "finish_reason": result.finish_reason,
-            "temperature": params.temperature, "top_p": params.top_p, "max_tokens": params.max_tokens,
-            "seed": params.seed, "run_id": self.run_id, "created_at": datetime.now(timezone.utc),
+            **call_fields(result), **generation_fields(params), "run_id": self.run_id, "created_at": datetime.now(timezone.utc),
         }
         if not result.ok:
             return out

@@ -21,6 +21,7 @@ from typing import Any
 from jobs.arena.schemas import ITERATIONS
 from jobs.core.rubric.parse import json_candidates
 from jobs.core.schemas import STATUS_ERROR, STATUS_OK, STATUS_PARSE_ERROR
+from jobs.core.callfields import call_fields
 from jobs.stage import ChatStage
 
 
@@ -161,11 +162,9 @@ class ReflectStage(ChatStage):
         result = await self.client.chat(model, [{"role": "user", "content": prompt}], params,
                                         response_format=reflect_format(external, params.max_tokens),
                                         sensitivity=sensitivity, request_key=f"{row['session_id']}#reflect")
-        out = {**self._plan(row), **written, "raw": result.content, "attempts": result.attempts,
-               "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-               "latency_s": result.latency_s, "finish_reason": result.finish_reason}
+        out = {**self._plan(row), **written, "raw": result.content, **call_fields(result)}
         if not result.ok:
-            return {**out, "status": STATUS_ERROR, "error": result.error}
+            return out
         reflection, revised, error = parse_reflection(result.content, result.finish_reason)
         if error:
             return {**out, "reflection": reflection, "status": STATUS_PARSE_ERROR, "error": error}

@@ -13,3 +13,6 @@ and imports nothing of the project above it (tests/unit/test_architecture.py che
 - `registry`: the methods and their steps and report, found by name from `conf/method/`;
 - `rubric`: the rubric engine (rubric files, prompts, JSON schema, tolerant parser).
 """
+
+__all__ = ["base", "callfields", "collect", "configfiles", "joblog", "modelconfig", "preflight", "registry",
+           "remote", "rubric", "rundir", "schemas", "store", "sweeps"]

@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from jobs.config import RunConfig
 from jobs.dialogue.engine import DialogueSpec
 from jobs.dialogue.stage import DialogueStage, strictest
 from jobs.core.schemas import DIALOGUES, TURNS
@@ -82,7 +83,7 @@ class DialogueCounts(dict):
 
 
 def run_dialogues(specs: list[DialogueSpec], sensitivities: list[str], models: dict[str, ModelConfig],
-                  run: Any, *, desc: str = "dialogues") -> DialogueCounts:
+                  run: RunConfig, *, desc: str = "dialogues") -> DialogueCounts:
     """Run (or resume) `specs` in `run.run_dir`; TURNS and DIALOGUES are written there.
 
     Args:

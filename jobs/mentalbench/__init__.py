@@ -15,3 +15,5 @@
 
 Nothing is imported here, so `python -m jobs.curate` loads only what the job needs.
 """
+
+__all__ = ["curate", "curation_filters", "curation_sources", "labels"]  # the modules: each step is `run(cfg)` in its own (conf/method/)

@@ -24,3 +24,5 @@ Where each part lives:
 
 Nothing is imported here, so each step loads only what it needs.
 """
+
+__all__ = ["bench_data", "benchmarks", "codebook", "cohort", "cohort_config", "config", "experts", "export", "fidelity", "leakage", "panel", "preference", "protocol", "records", "schemas", "synthesize", "synthetic"]  # the modules: each step is `run(cfg)` in its own (conf/method/)

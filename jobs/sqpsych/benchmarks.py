@@ -53,6 +53,7 @@ from jobs.stage import ChatStage
 from jobs.core.store import TableStore
 from jobs.core.modelconfig import GenerationOverrides
 from jobs.core.configfiles import ConfigError, data_path, find_file, load_model
+from jobs.core.callfields import call_fields
 from serving.governance import check_all
 
 Mode = Literal["zero_shot", "zero_shot_cot"]
@@ -294,10 +295,7 @@ class BenchStage(ChatStage):
             model, [{"role": "user", "content": row["prompt"]}], self.params[(model, mode)],
             response_format=answer_format(task, cot) if self.json_answers else None,
             sensitivity=self.sensitivity, request_key="|".join(str(row[k]) for k in BENCH_ANSWERS.key))
-        out = {**self._common(row), "status": result.status, "error": result.error, "attempts": result.attempts,
-               "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-               "latency_s": result.latency_s, "finish_reason": result.finish_reason,
-               "raw": result.content, "reasoning": result.reasoning}
+        out = {**self._common(row), **call_fields(result), "raw": result.content, "reasoning": result.reasoning}
         if not result.ok:
             return out
         parsed = (parse_json_answer(result.content or "", task) if self.json_answers

@@ -34,14 +34,14 @@ import pandas as pd
 from pydantic import Field
 
 from jobs.config import RunConfig
-from jobs.judge import judge_planned
-from jobs.core.rubric import Rubric, load_rubric
+from jobs.judge import judge_planned, open_judging
+from jobs.core.rubric import Rubric
 from jobs.runner import plan_text
 from jobs.core.schemas import DIALOGUES, STATUS_OK, SUBJECT_DIALOGUE
 from jobs.sqpsych.schemas import PROFILES
 from jobs.core.store import TableStore
 from jobs.core.modelconfig import GenerationOverrides
-from jobs.core.configfiles import ConfigError, load_model
+from jobs.core.configfiles import ConfigError
 from serving.governance import check_all
 
 __all__ = ["JudgingConfig", "PanelConfig", "plan_panel", "read_profiles", "render_transcript", "run",
@@ -227,13 +227,10 @@ def planned_calls(cfg: Any, n_dialogues: int) -> dict[str, int] | None:
 
 
 def run(cfg: PanelConfig) -> int:
-    if not cfg.judges:
-        raise ConfigError("no judges: set judges=[model,...] (model files in conf/model/)")
-    rubric = load_rubric(cfg.rubric)  # fail early on a bad rubric file
+    rubrics, judges = open_judging(cfg.judges, {"rubric": cfg.rubric}, SUBJECT_DIALOGUE, PANEL_PLACEHOLDERS)
+    rubric = rubrics["rubric"]
     # The step's name in what it prints: another rubric on the panel's machinery says its own.
     desc = "panel" if cfg.rubric == PanelConfig.model_fields["rubric"].default else cfg.rubric
-    rubric.check_fits(SUBJECT_DIALOGUE, PANEL_PLACEHOLDERS)
-    judges = [load_model(name) for name in cfg.judges]
     run_dir = Path(cfg.run_dir)
     dialogues = ok_dialogues(run_dir)
     if dialogues.empty:

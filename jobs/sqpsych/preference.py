@@ -27,14 +27,13 @@ from pathlib import Path
 import pandas as pd
 from pydantic import Field, field_validator
 
-from jobs.judge import judge_planned
-from jobs.core.rubric import load_rubric
+from jobs.judge import judge_planned, open_judging
 from jobs.core.schemas import DIALOGUES, SUBJECT_PAIR
 from jobs.sqpsych.panel import (
     PROFILES_DIR, JudgingConfig, ok_dialogues, planned_profiles, print_plan, read_profiles,
     render_transcript, subjects_sensitivity,
 )
-from jobs.core.configfiles import ConfigError, load_model
+from jobs.core.configfiles import ConfigError
 from serving.governance import check_all
 
 __all__ = ["ORDERS", "PreferenceConfig", "model_pairs", "pair_subject_id", "plan_preferences", "run",
@@ -144,14 +143,12 @@ def plan_preferences(dialogues: pd.DataFrame, profiles: pd.DataFrame, pairs: lis
 
 
 def run(cfg: PreferenceConfig) -> int:
-    if not cfg.judges:
-        raise ConfigError("no judges: set judges=[model,...] (model files in conf/model/)")
-    rubric = load_rubric(cfg.preference_rubric)
-    rubric.check_fits(SUBJECT_PAIR, PREFERENCE_PLACEHOLDERS)
+    rubrics, judges = open_judging(cfg.judges, {"preference_rubric": cfg.preference_rubric}, SUBJECT_PAIR,
+                                   PREFERENCE_PLACEHOLDERS)
+    rubric = rubrics["preference_rubric"]
     if len(rubric.required_items) != 1:
         raise ConfigError(f"preference_rubric {rubric.name!r} has items {list(rubric.required_items)}; a "
                           "preference rubric has exactly one required item (1 = A better, -1 = B, 0 = tie)")
-    judges = [load_model(name) for name in cfg.judges]
     run_dir = Path(cfg.run_dir)
     dialogues = ok_dialogues(run_dir)
     if dialogues.empty:
