@@ -182,7 +182,7 @@ RESPONSES = Table(
 )
 
 # The inputs a run used. `jobs.generate` writes the contexts it read (so the run directory
-# stands alone: later jobs and `analysis` never re-read the source dataset); `jobs.curate`
+# stands alone: later jobs and `analysis` never re-read the source dataset); `jobs.mentalbench.curate`
 # writes curated ones with labels and a split.
 CONTEXTS = Table(
     name="contexts",

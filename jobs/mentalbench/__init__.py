@@ -1,7 +1,7 @@
 """MentalBench-10: where each part of the method lives.
 
 - Context curation (sources -> filters -> dedupe -> seeded dev/train split -> condition labels
-  -> statistics), `python -m jobs.curate`:
+  -> statistics), `python -m jobs.mentalbench.curate`:
   - `jobs/mentalbench/curate.py`: the job, its config and `run`, step by step;
   - `jobs/mentalbench/curation_sources.py`: reading the sources (files or the Hugging Face hub);
   - `jobs/mentalbench/curation_filters.py`: the curation filters (cleaning, length, dedupe) and
@@ -13,7 +13,7 @@
 - The experiments: `conf/experiment/mentalbench*.yaml` (`python -m jobs.pipeline experiment=...`).
 - The analysis (Alignment Factor, tables, report): `analysis/mentalbench/`.
 
-Nothing is imported here, so `python -m jobs.curate` loads only what the job needs.
+Nothing is imported here, so `python -m jobs.mentalbench.curate` loads only what the job needs.
 """
 
 __all__ = ["curate", "curation_filters", "curation_sources", "labels"]  # the modules: each step is `run(cfg)` in its own (conf/method/)

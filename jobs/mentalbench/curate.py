@@ -1,8 +1,8 @@
 """MentalBench-10's context curation: counseling sources -> curated, labeled, split `RUN_DIR/contexts/`.
 
-    python -m jobs.curate                                  # CounselChat + MentalBench, bundled labeler
-    python -m jobs.curate labeler=null                     # filters, split and statistics only
-    python -m jobs.curate 'sources=[counselchat,{dataset:mentalchat16k,path:/data/mc16k.csv}]'
+    python -m jobs.mentalbench.curate                                  # CounselChat + MentalBench, bundled labeler
+    python -m jobs.mentalbench.curate labeler=null                     # filters, split and statistics only
+    python -m jobs.mentalbench.curate 'sources=[counselchat,{dataset:mentalchat16k,path:/data/mc16k.csv}]'
 
 The method, as `run` does it:
 1. read every source through its column mapping, bad rows reported by the reader
@@ -62,7 +62,7 @@ class SplitConfig(StrictModel):
 
 
 class CurateConfig(RunConfig):
-    """`python -m jobs.curate`: sources -> curated contexts."""
+    """`python -m jobs.mentalbench.curate`: sources -> curated contexts."""
 
     sources: list[str | dict[str, Any]] = Field(
         min_length=1, description="Dataset file names (conf/dataset/<name>.yaml) or mappings "
@@ -279,7 +279,7 @@ def run(cfg: CurateConfig) -> int:
 
 
 # An absolute config_path: Hydra resolves a relative one against the *module* when `main` is
-# imported rather than run as `__main__` (`python -m jobs.curate` imports it from here), and
+# imported rather than run as `__main__` (`python -m jobs.mentalbench.curate` imports it from here), and
 # `pkg://conf` is no package.
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="curate")
 def main(raw: DictConfig) -> None:

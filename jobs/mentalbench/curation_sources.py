@@ -145,7 +145,7 @@ def load_source(src: SourceConfig, cache_dir: Path) -> tuple[pd.DataFrame, Input
     try:
         rows, report = read_contexts(ds)
     except ConfigError as exc:
-        hint = (f" In jobs.curate, map columns per source: 'sources=[{{dataset:{src.name},"
+        hint = (f" In jobs.mentalbench.curate, map columns per source: 'sources=[{{dataset:{src.name},"
                 "columns:{context:COLUMN,human_response:COLUMN}}]'." if "no column" in str(exc) else "")
         raise ConfigError(f"source {src.name!r}: {exc}{hint}") from exc
     if origin:

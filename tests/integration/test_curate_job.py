@@ -1,4 +1,4 @@
-"""The curate job end to end, as a user runs it (`python -m jobs.curate ...` in a subprocess),
+"""The curate job end to end, as a user runs it (`python -m jobs.mentalbench.curate ...` in a subprocess),
 on the shared CounselChat and MentalBench contexts with the real bundled labeler."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def test_bundled_labeler_labels_shared_contexts_and_rerun_resumes(shared_data, t
     run_dir = tmp_path / "run"
     args = [f"run_dir={run_dir}", "limit_per_source=8", "serving.port=8126",
             "labeling.generation.max_tokens=40", "split.dev_size=5", "split.seed=1"]
-    proc = run_job("jobs.curate", *args, timeout=300)
+    proc = run_job("jobs.mentalbench.curate", *args, timeout=300)
     assert "16 to label with gemma3-270m" in proc.stdout and "Most common label combinations" in proc.stdout
 
     df = pd.read_parquet(run_dir / "contexts")
@@ -56,14 +56,14 @@ def test_bundled_labeler_labels_shared_contexts_and_rerun_resumes(shared_data, t
     assert len(pd.read_parquet(run_dir / "contexts.parquet")) == 16
 
     # Resume: the same run directory labels nothing again (and needs no cluster for that).
-    again = run_job("jobs.curate", *args, "retry_failed=false", timeout=120)
+    again = run_job("jobs.mentalbench.curate", *args, "retry_failed=false", timeout=120)
     assert "16 already written, 0 to label" in again.stdout
 
 
 def test_source_with_another_layout_fails_naming_column_and_key(tmp_path):
     csv = tmp_path / "other.csv"
     pd.DataFrame({"question": ["I cannot sleep at night and I worry all day."], "answer": ["Talk to me."]}).to_csv(csv, index=False)
-    proc = run_job("jobs.curate", f"run_dir={tmp_path / 'run'}", "labeler=null",
+    proc = run_job("jobs.mentalbench.curate", f"run_dir={tmp_path / 'run'}", "labeler=null",
                    f"sources=[{{dataset:mentalchat16k,path:{csv}}}]", check=False, timeout=120)
     assert proc.returncode == 2
     assert "no column 'output' for dataset.columns.human_response" in proc.stderr

@@ -25,8 +25,7 @@ import pytest
 from tests.conftest import ROOT
 
 SHARED_SUBPACKAGES = {"core", "dialogue", "rate"}  # packages inside jobs/ that are shared machinery, not methods
-# `python -m jobs.curate` is a documented command: a two-line alias for MentalBench's curation.
-COMMAND_ALIASES = {ROOT / "jobs" / "curate.py"}
+COMMAND_ALIASES: set = set()  # shared modules that only re-export a method's command: none
 
 
 def methods() -> set[str]:

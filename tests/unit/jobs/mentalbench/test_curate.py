@@ -1,5 +1,5 @@
 """`jobs.mentalbench.curate`: the split, the statistics, the config as Hydra composes it, the
-`python -m jobs.curate` alias, and the whole job with `labeler=null` (no Ray)."""
+`python -m jobs.mentalbench.curate` command, and the whole job with `labeler=null` (no Ray)."""
 
 from __future__ import annotations
 
@@ -77,14 +77,10 @@ def test_generate_reads_the_curated_file_of_its_run_dir():
     assert ds["path"] == "/runs/x/contexts.parquet" and ds["columns"]["id"] == "context_id"
 
 
-def test_python_m_jobs_curate_is_the_mentalbench_job_and_finds_conf():
-    """The documented command still works after the move: the alias runs the MentalBench job,
-    whose `config_path` (relative to its new file) still reaches conf/curate.yaml."""
-    import jobs.curate
-    import jobs.mentalbench.curate
-
-    assert jobs.curate.main is jobs.mentalbench.curate.main
-    proc = subprocess.run([sys.executable, "-m", "jobs.curate", "--cfg", "job", "labeler=null"],
+def test_the_curate_command_finds_conf():
+    """`python -m jobs.mentalbench.curate`: its `config_path` (relative to its file) reaches
+    conf/curate.yaml."""
+    proc = subprocess.run([sys.executable, "-m", "jobs.mentalbench.curate", "--cfg", "job", "labeler=null"],
                           cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     job = OmegaConf.create(proc.stdout)
