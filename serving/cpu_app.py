@@ -37,6 +37,31 @@ async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResp
     return JSONResponse(status_code=400, content=error_body(problems))
 
 
+# Serve pickles the deployment class when it is decorated, with the module globals its methods
+# name as they are then: what the class calls is defined above it.
+RUNTIMES = ("llama-server", "llama-cpp-python")
+
+
+def make_engine(model: ModelConfig, log_dir: Path | None = None):
+    """The CPU engine the model file names (`engine_kwargs.runtime`, default llama-server)."""
+    runtime = model.engine_kwargs.get("runtime", "llama-server")
+    if runtime == "llama-server":
+        return LlamaServerEngine(model.name, resolve_gguf(model.source), model.engine_kwargs,
+                                 default_max_tokens=model.generation.max_tokens, log_dir=log_dir)
+    if runtime == "llama-cpp-python":
+        return LlamaCppEngine(model.name, model.source, model.engine_kwargs,
+                              default_max_tokens=model.generation.max_tokens)
+    raise ValueError(f"model {model.name!r}: engine_kwargs.runtime {runtime!r} is not one of {RUNTIMES}")
+
+
+def _ray_log_dir() -> Path | None:
+    """The Ray session's `logs/serve/` folder (linked from the run directory as ray-logs)."""
+    try:
+        return Path(ray._private.worker.global_worker.node.get_logs_dir_path()) / "serve"
+    except Exception:  # not inside a Ray worker
+        return None
+
+
 @serve.deployment(
     name="CpuLLMServer",
     health_check_period_s=10,
@@ -89,29 +114,6 @@ class CpuLLMServer:
         engine = getattr(self, "engine", None)
         if engine is not None and hasattr(engine, "shutdown"):
             engine.shutdown()
-
-
-RUNTIMES = ("llama-server", "llama-cpp-python")
-
-
-def make_engine(model: ModelConfig, log_dir: Path | None = None):
-    """The CPU engine the model file names (`engine_kwargs.runtime`, default llama-server)."""
-    runtime = model.engine_kwargs.get("runtime", "llama-server")
-    if runtime == "llama-server":
-        return LlamaServerEngine(model.name, resolve_gguf(model.source), model.engine_kwargs,
-                                 default_max_tokens=model.generation.max_tokens, log_dir=log_dir)
-    if runtime == "llama-cpp-python":
-        return LlamaCppEngine(model.name, model.source, model.engine_kwargs,
-                              default_max_tokens=model.generation.max_tokens)
-    raise ValueError(f"model {model.name!r}: engine_kwargs.runtime {runtime!r} is not one of {RUNTIMES}")
-
-
-def _ray_log_dir() -> Path | None:
-    """The Ray session's `logs/serve/` folder (linked from the run directory as ray-logs)."""
-    try:
-        return Path(ray._private.worker.global_worker.node.get_logs_dir_path()) / "serve"
-    except Exception:  # not inside a Ray worker
-        return None
 
 
 def build_cpu_app(model: ModelConfig):
