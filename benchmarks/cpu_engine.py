@@ -5,10 +5,10 @@
 
 The bundled model is deployed on Ray Serve by `serving.ensure` from its model file and called by
 `ChatClient` over the OpenAI route, as jobs call it. The same prompts (CounselChat questions,
-`--max-tokens` each, temperature 0.7, a seed per prompt) are sent
+`--max-tokens` each, temperature 0.7, a seed per prompt) are sent, in each of `--rounds` rounds,
 1. `serial`: one request after another;
 2. `concurrent`: `--concurrency` requests in flight at a time;
-then `--concurrency` judge calls at once with a JSON-schema `response_format`, each checked to
+(alternating, so that a change in the machine's load hits both modes alike), then `--concurrency` judge calls at once with a JSON-schema `response_format`, each checked to
 parse and match the schema. Rate = completion tokens / wall time. The machine's load average is
 recorded beside the figures (the machine may be shared). Results are appended to
 docs/benchmarks/cpu_engine.json.
@@ -89,7 +89,15 @@ async def judged(client, model: str, texts: list[str]) -> dict:
             "schema_valid": sum(r.ok and schema_ok(r.content or "") for r in results)}
 
 
-def run(runtime: str, port: int, n: int, max_tokens: int, concurrency: int) -> dict:
+def total(rounds: list[dict]) -> dict:
+    """The rounds of one mode summed; rate = all tokens / all seconds."""
+    tokens, seconds = sum(r["completion_tokens"] for r in rounds), sum(r["seconds"] for r in rounds)
+    return {"requests": sum(r["requests"] for r in rounds), "concurrency": rounds[0]["concurrency"],
+            "completion_tokens": tokens, "seconds": round(seconds, 2), "tok_s": round(tokens / seconds, 2),
+            "tok_s_per_round": [r["tok_s"] for r in rounds]}
+
+
+def run(runtime: str, port: int, n: int, max_tokens: int, concurrency: int, rounds: int) -> dict:
     from cluster.config import ClusterConfig
     from cluster.connect import connect
     from serving.client import ChatClient
@@ -110,11 +118,13 @@ def run(runtime: str, port: int, n: int, max_tokens: int, concurrency: int) -> d
         await client.chat(model.name, [{"role": "user", "content": "hello"}],
                           GenerationParams(max_tokens=4), sensitivity="public")
         load = os.getloadavg()
-        serial = await measure(client, model.name, texts, max_tokens, 1)
-        together = await measure(client, model.name, texts, max_tokens, concurrency)
+        serial, together = [], []
+        for _ in range(rounds):
+            serial.append(await measure(client, model.name, texts, max_tokens, 1))
+            together.append(await measure(client, model.name, texts, max_tokens, concurrency))
         schema = await judged(client, model.name, texts[:concurrency])
         await client.aclose()
-        return {"serial": serial, "concurrent": together, "json_schema": schema,
+        return {"serial": total(serial), "concurrent": total(together), "json_schema": schema,
                 "loadavg_1m_before_after": [round(load[0], 2), round(os.getloadavg()[0], 2)]}
 
     return asyncio.run(go())
@@ -123,14 +133,15 @@ def run(runtime: str, port: int, n: int, max_tokens: int, concurrency: int) -> d
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runtime", default="llama-server", choices=["llama-server", "llama-cpp-python"])
-    ap.add_argument("--requests", type=int, default=16)
-    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--requests", type=int, default=8, help="prompts per round and mode")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--port", type=int, default=8150, help="Serve HTTP port")
     ap.add_argument("--note", default="", help="recorded with the result (e.g. what else ran)")
     args = ap.parse_args()
 
-    result = run(args.runtime, args.port, args.requests, args.max_tokens, args.concurrency)
+    result = run(args.runtime, args.port, args.requests, args.max_tokens, args.concurrency, args.rounds)
     ratio = result["concurrent"]["tok_s"] / result["serial"]["tok_s"]
     record = {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "runtime": args.runtime,
