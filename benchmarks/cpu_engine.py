@@ -34,6 +34,11 @@ JUDGE_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["E
                                "Explanation": {"type": "string", "maxLength": 120}}}
 
 
+# Enough for the longest answer the schema allows (a 120-character explanation plus the grammar's
+# optional whitespace): a run with 80 cut 4 of 8 answers before the JSON closed.
+JUDGE_MAX_TOKENS = 200
+
+
 def prompts(n: int) -> list[str]:
     df = pd.read_csv(REPO / "data" / "demo" / "counselchat_demo.csv")
     texts = [f"{t}\n\n{q}" for t, q in zip(df["title"], df["question"])]
@@ -81,12 +86,14 @@ async def judged(client, model: str, texts: list[str]) -> dict:
     results = await asyncio.gather(*(
         client.chat(model, [{"role": "system", "content": "You rate counselors' answers. Answer in JSON."},
                             {"role": "user", "content": f"Rate the empathy of an answer to:\n{t}"}],
-                    GenerationParams(max_tokens=80, temperature=0.7, seed=i),
+                    GenerationParams(max_tokens=JUDGE_MAX_TOKENS, temperature=0.7, seed=i),
                     sensitivity="public", response_format=fmt)
         for i, t in enumerate(texts)))
     return {"requests": len(texts), "seconds": round(time.perf_counter() - started, 2),
             "ok": sum(r.ok for r in results),
-            "schema_valid": sum(r.ok and schema_ok(r.content or "") for r in results)}
+            "schema_valid": sum(r.ok and schema_ok(r.content or "") for r in results),
+            # cut by max_tokens before the JSON closed: the budget's fault, not the grammar's
+            "finish_length": sum(r.finish_reason == "length" for r in results)}
 
 
 def total(rounds: list[dict]) -> dict:
