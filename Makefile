@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 STAMP := $(VENV)/.installed
 LLAMA_CPP_PYTHON := 0.3.36
-# The CPU engine's server, built from the llama.cpp that llama-cpp-python vendors (~N min on 2 cores, once).
+# The CPU engine's server, built from the llama.cpp that llama-cpp-python vendors (~9 min on 2 busy cores, once; measured 8.5 min).
 LLAMA_SERVER := $(VENV)/bin/llama-server
 
 .PHONY: demo test setup clean-venv bench
