@@ -12,8 +12,11 @@ What the replica still does itself, so that both engines answer alike:
   (`serving.engines.messages`), and the chat format is llama.cpp's built-in template of that name
   (`--no-jinja --chat-template gemma`: the bundled GGUF has no template, and llama-server's
   default for such models is ChatML, which Gemma was not trained on);
-- `response_format` (`json_schema`, `json_object`) goes through as OpenAI's, which llama-server
-  compiles to a grammar;
+- `response_format` (`json_schema`, `json_object`) becomes a GBNF grammar made by
+  llama-cpp-python's converter, the grammar the in-process engine used: llama-server's own
+  converter lets the JSON carry newlines and up to 20 spaces between tokens, which the 270M
+  model takes, spending its token budget on indentation (seen in `make demo`: `{\n  "answer": ...`
+  cut by max_tokens); this one allows one optional space;
 - errors: the server's 400s (a prompt longer than the context) stay 400s (`ValueError`).
 
 Model-file `engine_kwargs` (all optional): `n_ctx` (tokens per request), `n_parallel` (slots),
@@ -25,6 +28,7 @@ flags), `startup_timeout_s`.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import shutil
@@ -33,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
 from serving.engines.messages import request_messages
 from serving.engines.process import ServerProcess, free_port
@@ -127,10 +132,9 @@ class LlamaServerEngine:
             body["seed"] = req.seed
         fmt = req.response_format
         if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is not None:
-            body["response_format"] = {"type": "json_schema", "json_schema": {
-                "name": fmt.json_schema.name, "schema": fmt.json_schema.schema_}}
+            body["grammar"] = json_schema_to_gbnf(json.dumps(fmt.json_schema.schema_))
         elif fmt is not None and fmt.type == "json_object":
-            body["response_format"] = {"type": "json_object"}
+            body["grammar"] = JSON_GBNF
         return body
 
     def response(self, data: dict[str, Any]) -> ChatCompletionResponse:

@@ -116,7 +116,10 @@ def test_request_sent_and_response_returned(binary, tmp_path):
     sent = json.loads(resp.choices[0].message.content)  # the fake echoes the body it got
     assert sent["messages"] == [{"role": "user", "content": "S1\n\nD2\n\nhello"},
                                 {"role": "assistant", "content": "hi"}, {"role": "user", "content": "again"}]
-    assert sent["response_format"] == {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
+    # the schema as a grammar: the key, its integer type, and no room for newlines between tokens
+    grammar = sent["grammar"]
+    assert "root ::=" in grammar and '\\"Empathy\\"' in grammar and "integer" in grammar
+    assert 'space ::= " "?' in grammar and "response_format" not in sent
     assert (sent["temperature"], sent["top_p"], sent["seed"], sent["stop"]) == (0.2, 0.9, 5, ["\n\n"])
     assert sent["max_tokens"] == 512 and sent["cache_prompt"] is True
     assert resp.model == "gemma3-270m" and resp.choices[0].finish_reason == "length"
