@@ -8,6 +8,9 @@ PY := $(VENV)/bin/python
 # Portable llama.cpp build: never -march=native (AMX segfaults on the first decode on some Xeons).
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 STAMP := $(VENV)/.installed
+LLAMA_CPP_PYTHON := 0.3.36
+# The CPU engine's server, built from the llama.cpp that llama-cpp-python vendors (~9 min on 2 busy cores, once; measured 8.5 min).
+LLAMA_SERVER := $(VENV)/bin/llama-server
 
 .PHONY: demo test setup clean-venv bench bench-gpu
 
@@ -16,13 +19,19 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	@# llama-cpp-python builds from source (~7-15 min on 2 cores, once; pip caches the wheel).
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q llama-cpp-python==0.3.36
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q llama-cpp-python==$(LLAMA_CPP_PYTHON)
 	$(PY) -m pip install -q -e ".[test]"
 	@touch $(STAMP)
 
-setup: $(STAMP)
+# llama-cpp-python's own build could build it too (-DLLAMA_BUILD_TOOLS=ON), but with every other
+# tool, installed outside the venv's bin/, and pip's cached wheel (not keyed on CMAKE_ARGS) would
+# come back without it: a separate target, built once, independent of the wheel.
+$(LLAMA_SERVER): scripts/build_llama_server.sh | $(STAMP)
+	LLAMA_CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" bash scripts/build_llama_server.sh $(PY) $(LLAMA_CPP_PYTHON) $@
 
-demo: $(STAMP)
+setup: $(STAMP) $(LLAMA_SERVER)
+
+demo: $(STAMP) $(LLAMA_SERVER)
 	$(PY) -m jobs.pipeline experiment=mentalbench_demo $(ARGS)
 	$(PY) -m jobs.pipeline experiment=sqpsych_demo $(ARGS)
 	$(PY) -m jobs.pipeline experiment=arena_demo $(ARGS)
@@ -35,10 +44,10 @@ $(CHROMIUM):
 	@command -v apt-get >/dev/null || { echo "error: install Chromium at $(CHROMIUM) (used by the report test)"; exit 1; }
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 
-test: $(STAMP) $(CHROMIUM)
+test: $(STAMP) $(LLAMA_SERVER) $(CHROMIUM)
 	$(PY) -m pytest $(ARGS)
 
-bench: $(STAMP)
+bench: $(STAMP) $(LLAMA_SERVER)
 	$(PY) -m benchmarks.throughput
 	$(PY) -m benchmarks.serve_vs_engine
 	$(PY) -m benchmarks.dialogue_concurrency

@@ -4,18 +4,25 @@ Routes (under the application's route prefix, `/<model name>` by default):
 `POST /v1/chat/completions`, `GET /v1/models`, `GET /health`. The router is thin: it validates
 the request with `serving.protocol` and hands it to the engine; Serve's own `check_health`
 restarts a replica whose engine stopped answering.
+
+The engine is chosen by the model file's `engine_kwargs.runtime`: `llama-server` (the default:
+llama.cpp's server as a child process of the replica, parallel slots, continuous batching; its
+log goes to the Ray session's `logs/serve/`, i.e. `RUN_DIR/ray-logs/serve/`) or
+`llama-cpp-python` (in-process, one request at a time).
 """
 
-
-
 import logging
+from pathlib import Path
 
+import ray
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from ray import serve
 
 from jobs.core.modelconfig import ModelConfig
+from serving.engines.llamacpp import LlamaCppEngine, resolve_gguf
+from serving.engines.llamaserver import LlamaServerEngine
 from serving.protocol import ChatCompletionRequest, ModelCard, ModelList, error_body
 
 log = logging.getLogger(__name__)
@@ -30,6 +37,31 @@ async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResp
     return JSONResponse(status_code=400, content=error_body(problems))
 
 
+# Serve pickles the deployment class when it is decorated, with the module globals its methods
+# name as they are then: what the class calls is defined above it.
+RUNTIMES = ("llama-server", "llama-cpp-python")
+
+
+def make_engine(model: ModelConfig, log_dir: Path | None = None):
+    """The CPU engine the model file names (`engine_kwargs.runtime`, default llama-server)."""
+    runtime = model.engine_kwargs.get("runtime", "llama-server")
+    if runtime == "llama-server":
+        return LlamaServerEngine(model.name, resolve_gguf(model.source), model.engine_kwargs,
+                                 default_max_tokens=model.generation.max_tokens, log_dir=log_dir)
+    if runtime == "llama-cpp-python":
+        return LlamaCppEngine(model.name, model.source, model.engine_kwargs,
+                              default_max_tokens=model.generation.max_tokens)
+    raise ValueError(f"model {model.name!r}: engine_kwargs.runtime {runtime!r} is not one of {RUNTIMES}")
+
+
+def _ray_log_dir() -> Path | None:
+    """The Ray session's `logs/serve/` folder (linked from the run directory as ray-logs)."""
+    try:
+        return Path(ray._private.worker.global_worker.node.get_logs_dir_path()) / "serve"
+    except Exception:  # not inside a Ray worker
+        return None
+
+
 @serve.deployment(
     name="CpuLLMServer",
     health_check_period_s=10,
@@ -40,15 +72,8 @@ class CpuLLMServer:
     """One replica = one llama.cpp engine for one model."""
 
     def __init__(self, model: dict):
-        from serving.engines.llamacpp import LlamaCppEngine
-
         self.model = ModelConfig(**model)
-        self.engine = LlamaCppEngine(
-            model_id=self.model.name,
-            source=self.model.source,
-            engine_kwargs=self.model.engine_kwargs,
-            default_max_tokens=self.model.generation.max_tokens,
-        )
+        self.engine = make_engine(self.model, _ray_log_dir())
 
     @api.post("/v1/chat/completions")
     async def chat_completions(self, request: ChatCompletionRequest) -> JSONResponse:
@@ -79,9 +104,16 @@ class CpuLLMServer:
         return JSONResponse(content={"status": "ok", "model": self.model.name})
 
     def check_health(self) -> None:
-        # Serve calls this periodically; an engine that failed to load never gets here.
-        if self.engine is None:  # pragma: no cover - defensive
-            raise RuntimeError("engine not loaded")
+        # Serve calls this periodically: a llama-server that exited fails it (naming its log),
+        # and Serve replaces the replica.
+        if hasattr(self.engine, "check_health"):
+            self.engine.check_health()
+
+    def __del__(self):
+        # Serve calls this when the replica shuts down: the server process goes with it.
+        engine = getattr(self, "engine", None)
+        if engine is not None and hasattr(engine, "shutdown"):
+            engine.shutdown()
 
 
 def build_cpu_app(model: ModelConfig):
@@ -97,8 +129,8 @@ def build_cpu_app(model: ModelConfig):
             "min_replicas": res.min_replicas,
             "max_replicas": res.max_replicas,
             "initial_replicas": max(1, res.min_replicas),
-            # One llama.cpp engine decodes one request at a time: scale on queue length.
-            "target_ongoing_requests": 2,
+            # Scale when more requests wait than the engine decodes together.
+            "target_ongoing_requests": int(model.engine_kwargs.get("n_parallel", 2)),
         }
         if res.max_replicas > res.min_replicas
         else None,

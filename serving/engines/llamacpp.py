@@ -1,8 +1,10 @@
-"""The CPU engine: llama.cpp (through `llama-cpp-python`) for GGUF models, e.g. the bundled Gemma-3-270M.
+"""The in-process CPU engine (`runtime: llama-cpp-python`), and where a model's GGUF file is.
 
-One `Llama` object decodes one request at a time, so the engine serializes calls with a lock and
-runs them in a worker thread; the Serve replica's event loop stays free for health checks and
-for queueing. Throughput comes from replicas, not from batching inside one engine.
+The default CPU engine is llama.cpp's own server with parallel slots (`serving.engines.
+llamaserver`). This one is the fallback a model file can name with `engine_kwargs.runtime:
+llama-cpp-python`, and what `benchmarks/serve_vs_engine.py` measures: one `Llama` object decodes
+one request at a time, so calls are serialized with a lock and run in a worker thread; the Serve
+replica's event loop stays free for health checks and for queueing.
 
 JSON-schema `response_format` is honored through llama.cpp grammars, which makes even a small
 base model return JSON that parses against the judge schema.
@@ -18,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from serving.engines.messages import request_messages
 from serving.protocol import (
     AssistantMessage,
     ChatCompletionRequest,
@@ -29,6 +32,8 @@ from serving.protocol import (
 log = logging.getLogger(__name__)
 
 BUNDLED_PREFIX = "bundled:"
+# engine_kwargs of the llama-server engine that Llama() does not take.
+SERVER_ONLY = frozenset({"runtime", "n_parallel", "server_binary", "server_args", "startup_timeout_s"})
 
 
 def resolve_gguf(source: str) -> Path:
@@ -54,27 +59,6 @@ def resolve_gguf(source: str) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"GGUF file not found: {path} (set `source` in the model file)")
     return path
-
-
-# llama-cpp-python chat formats that silently drop `system` messages: its `gemma` format keeps
-# only user and assistant turns. Gemma's own chat template puts the system text at the head of
-# the first user turn; `fold_system` does the same, so a system prompt (a counselor's persona, a
-# judge's role) reaches the model instead of vanishing.
-DROPS_SYSTEM = frozenset({"gemma"})
-
-
-def fold_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """System messages joined (blank line between) and put before the first user message's
-    text, as Gemma's chat template does; a request with no user message gets one."""
-    system = "\n\n".join(str(m["content"]) for m in messages if m["role"] == "system" and m.get("content"))
-    rest = [dict(m) for m in messages if m["role"] != "system"]
-    if not system:
-        return rest
-    for m in rest:
-        if m["role"] == "user":
-            m["content"] = f"{system}\n\n{m['content'] or ''}"
-            return rest
-    return [{"role": "user", "content": system}, *rest]
 
 
 def state_bytes(state: Any) -> int:
@@ -124,6 +108,8 @@ class LlamaCppEngine:
         self.model_id = model_id
         self.default_max_tokens = default_max_tokens
         kwargs = {"n_ctx": 2048, "verbose": False, **(engine_kwargs or {})}
+        for key in SERVER_ONLY:  # the llama-server engine's, meaningless to Llama()
+            kwargs.pop(key, None)
         # Ours, not llama.cpp's: keep the KV state of recent prompts in RAM, so the next turn of a
         # dialogue (the same prompt plus one exchange) decodes only what is new: about half the
         # time per turn for the bundled model on 2 cores (measured, docs/benchmarks.md).
@@ -135,7 +121,7 @@ class LlamaCppEngine:
             self._llama.set_cache(ram_cache(cache_mb << 20))
         self.load_s = time.perf_counter() - started
         self._lock = threading.Lock()
-        self._folds_system = kwargs.get("chat_format") in DROPS_SYSTEM
+        self._chat_format = kwargs.get("chat_format")
         log.info("loaded %s from %s in %.2fs", model_id, path, self.load_s)
 
     def _sampling(self, req: ChatCompletionRequest) -> dict[str, Any]:
@@ -158,10 +144,7 @@ class LlamaCppEngine:
 
     def chat_sync(self, req: ChatCompletionRequest) -> ChatCompletionResponse:
         """Decode one request (blocking; one at a time)."""
-        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.content}
-                    for m in req.messages]
-        if self._folds_system:
-            messages = fold_system(messages)
+        messages = request_messages(req, self._chat_format)
         with self._lock:
             out = self._llama.create_chat_completion(messages=messages, **self._sampling(req))
         choice = out["choices"][0]

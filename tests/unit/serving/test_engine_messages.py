@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from serving.engines.llamacpp import DROPS_SYSTEM, fold_system
+from serving.engines.messages import DROPS_SYSTEM, fold_system
 
 
 def test_system_text_heads_the_first_user_turn():
