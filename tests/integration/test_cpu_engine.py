@@ -75,7 +75,9 @@ def test_eight_concurrent_judge_calls_all_return_schema_valid_json(hosted):
     results = asyncio.run(go())
     assert [r.status for r in results] == ["ok"] * 8
     for r in results:
-        data = json.loads(r.content)  # parses: the grammar held under batching
+        # Parses (strict=False: llama.cpp's JSON grammar, on either engine, lets a raw newline into a
+        # string, which the project's tolerant parser accepts too): the grammar held under batching.
+        data = json.loads(r.content, strict=False)
         assert set(data) == {"Empathy", "Explanation"} and data["Empathy"] in {1, 2, 3, 4, 5}
         assert isinstance(data["Explanation"], str) and len(data["Explanation"]) <= 80
         assert r.prompt_tokens > 0 and r.completion_tokens > 0
