@@ -23,6 +23,7 @@ from ray import serve
 from jobs.core.modelconfig import ModelConfig
 from serving.engines.llamacpp import LlamaCppEngine, resolve_gguf
 from serving.engines.llamaserver import LlamaServerEngine
+from serving.engines.mock import MockEngine
 from serving.protocol import ChatCompletionRequest, ModelCard, ModelList, error_body
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResp
 
 # Serve pickles the deployment class when it is decorated, with the module globals its methods
 # name as they are then: what the class calls is defined above it.
-RUNTIMES = ("llama-server", "llama-cpp-python")
+RUNTIMES = ("llama-server", "llama-cpp-python", "mock")
 
 
 def make_engine(model: ModelConfig, log_dir: Path | None = None):
@@ -51,6 +52,8 @@ def make_engine(model: ModelConfig, log_dir: Path | None = None):
     if runtime == "llama-cpp-python":
         return LlamaCppEngine(model.name, model.source, model.engine_kwargs,
                               default_max_tokens=model.generation.max_tokens)
+    if runtime == "mock":  # tests of the serving path without a model (serving/engines/mock.py)
+        return MockEngine(model.name, model.engine_kwargs)
     raise ValueError(f"model {model.name!r}: engine_kwargs.runtime {runtime!r} is not one of {RUNTIMES}")
 
 
