@@ -31,7 +31,7 @@ def test_generate_and_judge_through_serve_on_the_mock_engine(tmp_path):
                  ).to_csv(tmp_path / "c.csv", index=False)
     run_dir = tmp_path / "run"
     proc = run_job("jobs.pipeline", "experiment=mentalbench_demo", f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
-                   "models=[mockmodel]", "judges=[mockmodel]", "ratings=null", "include_human=false",
+                   "models=[mockmodel]", "judges=[mockmodel]", "include_human=false",
                    "steps=[generate,judge]", f"run_dir={run_dir}", f"dataset.path={tmp_path / 'c.csv'}",
                    "dataset.name=t", "dataset.columns.id=id", "dataset.columns.context=text",
                    "dataset.columns.human_response=null", "dataset.limit=null", "serving.port=8141", timeout=600)
@@ -40,7 +40,13 @@ def test_generate_and_judge_through_serve_on_the_mock_engine(tmp_path):
     # The responder prompt ends with the context, and the engine echoes the user turn's head.
     assert all(r.startswith("mock: ") for r in responses["response"])
     scores = pd.read_parquet(run_dir / "scores")
-    assert len(scores) == 3 * 7 and (scores["status"] == "ok").all(), scores[["item", "status", "error"]]
-    assert set(scores["score"]) == {1.0}  # the smallest answer each item's schema allows
+    required = scores[scores["item"] != "Overall"]
+    assert len(required) == 3 * 7 and (required["status"] == "ok").all(), required[["item", "status", "error"]]
+    assert set(required["score"]) == {1.0}  # the smallest answer each item's schema allows
+    # The judge's own Overall is a number with no bound in the schema: the engine's 0 is recorded
+    # as invalid with the range it breaks, never clipped into it.
+    overall = scores[scores["item"] == "Overall"]
+    assert len(overall) == 3 and (overall["status"] == "invalid").all() and overall["score"].isna().all()
+    assert overall["error"].str.contains("out of range 1-5").all()
     assert json.loads(scores["raw"].iloc[0])["Guidance"] == 1
     assert "pipeline finished" in proc.stdout
