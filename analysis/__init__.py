@@ -29,16 +29,6 @@ __all__ = [
     "ALPHA", "holm", "paired_ttest", "pairwise_ttests", "summarize_ttests",
     # labels
     "AVERAGE_LABEL", "HUMAN_LABEL", "N", "SCORE",
-    # the report
-    "ReportWriter", "slug", "build_report", "find_method",
+    # the report writer (a method's report is found in the registry: conf/method/)
+    "ReportWriter", "slug",
 ]
-
-
-def __getattr__(name: str):
-    # Imported on first use, so that `python -m analysis.report` does not import the module
-    # twice (once through this package, once as __main__).
-    if name in ("build_report", "find_method"):
-        from analysis import report
-
-        return getattr(report, name)
-    raise AttributeError(f"module 'analysis' has no attribute {name!r}")

@@ -19,6 +19,8 @@ from pydantic import Field
 from jobs.core.base import StrictModel
 
 from serving.client import Endpoint
+from serving.cpu_app import build_cpu_app
+from serving.vllm_app import build_vllm_app
 from jobs.core.modelconfig import ModelConfig
 from cluster.config import ClusterConfig
 from cluster.connect import connect
@@ -144,8 +146,6 @@ def ensure(models: list[ModelConfig], cfg: ServingConfig, verbose: bool = False)
             if app_name(model) in running:
                 log.info("model %s already hosted", model.name)
                 continue
-            from serving.cpu_app import build_cpu_app  # llama.cpp: only where a CPU model is hosted
-
             log.info("deploying %s on the CPU engine", model.name)
             serve.run(build_cpu_app(model), name=app_name(model), route_prefix=f"/{app_name(model)}",
                       blocking=False, logging_config=serve_logging(verbose) or None)
@@ -178,8 +178,6 @@ def _check_running_vllm_app(models: list[ModelConfig], cfg: ServingConfig) -> No
 def _ensure_vllm(models: list[ModelConfig], running: dict[str, str], verbose: bool = False) -> None:
     """All vLLM models share one `ray.serve.llm` OpenAI app (it routes by the `model` field)."""
     from ray import serve
-
-    from serving.vllm_app import build_vllm_app  # vLLM's configs: only where vLLM models are hosted
 
     if VLLM_APP in running:
         # Redeploying with another model set would restart every replica of every model; the

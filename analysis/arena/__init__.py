@@ -28,14 +28,5 @@ from analysis.arena.passing import (
 
 __all__ = [
     "SUBJECT_SESSION", "ROLES", "TOTAL", "OVERALL_PASS", "COMPLETE", "total_col", "pass_col", "n_col",
-    "passes", "session_results", "item_scores", "lowest_items", "build_report", "headline",
+    "passes", "session_results", "item_scores", "lowest_items",
 ]
-
-
-def __getattr__(name: str):
-    # The report pulls in matplotlib: imported on first use only.
-    if name in ("build_report", "headline"):
-        from analysis.arena import report
-
-        return getattr(report, name)
-    raise AttributeError(f"module 'analysis.arena' has no attribute {name!r}")

@@ -47,15 +47,4 @@ __all__ = [
     "reference_texts", "rouge_l_scores", "rouge_by_responder", "rouge_correlation",
     # beyond the paper
     "krippendorff_table", "self_family_preference", "infer_family", "families_from_names",
-    # report
-    "build_report",
 ]
-
-
-def __getattr__(name: str):
-    # The report pulls in matplotlib: imported on first use only.
-    if name == "build_report":
-        from analysis.mentalbench.report import build_report
-
-        return build_report
-    raise AttributeError(f"module 'analysis.mentalbench' has no attribute {name!r}")

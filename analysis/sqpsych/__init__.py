@@ -45,15 +45,4 @@ __all__ = [
     # pairwise preference
     "SIGNED_CODES", "verdict_codes", "parse_pair_id", "order_verdicts", "judge_votes", "pair_outcomes",
     "win_loss_draw", "position_consistency", "preference_tables",
-    # report
-    "build_report",
 ]
-
-
-def __getattr__(name: str):
-    # The report pulls in matplotlib: imported on first use only.
-    if name == "build_report":
-        from analysis.sqpsych.report import build_report
-
-        return build_report
-    raise AttributeError(f"module 'analysis.sqpsych' has no attribute {name!r}")
