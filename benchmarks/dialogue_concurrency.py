@@ -50,7 +50,8 @@ def arena_overrides(n: int, turns: int, tmp: Path) -> list[str]:
     path.write_text(json.dumps(cards), encoding="utf-8")
     return ["experiment=arena", "steps=[cards,sessions]", "dataset=arena_cards_example", f"dataset.path={path}",
             "dataset.limit=null", f"models=[{MODEL}]", f"client_model={MODEL}", f"judges=[{MODEL}]",
-            "variants=[psycho]", f"rounds={turns // 2}", "iterations=1"]
+            "variants=[psycho]", f"rounds={turns // 2}", "iterations=1",
+            "card_selection=all"]  # repeated demo cards: every one a session (the paper keeps one per topic)
 
 
 def one(method: str, n: int, turns: int, concurrency: int, latency: float) -> dict:
