@@ -28,10 +28,10 @@ from analysis.sqpsych import fidelity as fd
 from analysis.sqpsych import panel as pn
 from analysis.sqpsych import validity as va
 from analysis.sqpsych.data import (
-    GROUP, MODEL, PANEL_RUBRIC, PREFERENCE_RUBRIC, PROFILE_STATUS, ROLES, load_dialogues, load_profiles, ok_dialogues,
-    utterances, with_groups,
+    GROUP, MODEL, PANEL_RUBRIC, PREFERENCE_RUBRIC, PROFILE_STATUS, ROLES, SINGLE_TURN_RUBRIC, load_dialogues,
+    load_profiles, ok_dialogues, utterances, with_groups,
 )
-from analysis.sqpsych.preference import preference_tables, verdict_codes
+from analysis.sqpsych.preference_report import preference_section
 from analysis.sqpsych.readability import readability_table
 from analysis.sqpsych.stats import corpus_totals, dataset_table, ending_table
 from analysis.stats import ALPHA
@@ -225,42 +225,6 @@ def _fidelity(w: ReportWriter, scores: pd.DataFrame, run_dir: Path) -> None:
     w.file_only(table, "fidelity_items", "Weighted kappa per model and item", digits=3)
 
 
-def _preference(w: ReportWriter, scores: pd.DataFrame, rubric: Rubric | None, why: str) -> None:
-    sec = w.section("preference", "Pairwise preference (win / loss / draw)")
-    if rubric is None:
-        w.missing(sec, f"The preference rubric could not be loaded, so its verdicts are not analysed: {why}")
-        return
-    try:
-        codes = verdict_codes(rubric)
-    except ValueError as exc:
-        w.missing(sec, str(exc))
-        return
-    t = preference_tables(scores, rubric.name, codes, rubric.required_items[0])
-    if t["verdicts"].empty:
-        w.missing(sec, f"No preference verdicts (rubric {rubric.name!r}, subject pair) in this run.")
-        return
-    wld = t["win_loss_draw"]
-    w.table(sec, wld, "preference_win_loss_draw", "Win / loss / draw of model_a against model_b over client profiles",
-            "Per profile: each judge's two orders are mapped back to the models; a judge whose orders name "
-            "different winners votes draw; a judge missing an order has no vote; the outcome is the most "
-            "voted of model_a / model_b / draw (a tie for the most is a draw). n = profiles decided; "
-            "undecided = profiles where no judge had both orders.")
-    if len(wld):
-        counts = wld[["win", "draw", "loss"]].rename(index=lambda ix: f"{ix[0]} vs {ix[1]}" if isinstance(ix, tuple) else ix)
-        w.figure(sec, figures.stacked_shares(counts, w.figures_dir / "preference_win_draw_loss.png",
-                                             "Win / draw / loss of model_a against model_b"),
-                 "Figure (the paper's Figure 5). Share of the decided profiles model_a won, drew and lost.")
-        rates = wld["win_rate"].rename(lambda ix: f"{ix[0]} vs {ix[1]}" if isinstance(ix, tuple) else ix)
-        w.figure(sec, figures.bars(rates, w.figures_dir / "preference_win_rate.png",
-                                   "Win rate of model_a against model_b", "win rate"),
-                 "Figure. Share of the decided profiles where model_a's session was preferred.")
-    w.table(sec, t["consistency"], "preference_position_consistency",
-            "Position consistency per judge: the same winner in both orders",
-            "A low share means the judge's verdict follows the position of a session more than its content.")
-    w.file_only(t["outcomes"], "preference_outcomes", "Outcome per profile and pair of models")
-    w.file_only(t["votes"], "preference_votes", "Each judge's vote per profile and pair of models")
-
-
 def _benchmarks(w: ReportWriter, run_dir: Path) -> None:
     if not (run_dir / BENCH_DIR).is_dir():
         w.missing(w.section("benchmarks", "Counseling benchmarks (CBT-Bench, CounselingBench)"),
@@ -299,7 +263,8 @@ def _export(w: ReportWriter, run_dir: Path) -> None:
 
 def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
                  panel_rubric: str | Path | Rubric = PANEL_RUBRIC,
-                 preference_rubric: str | Path | Rubric = PREFERENCE_RUBRIC) -> Path:
+                 preference_rubric: str | Path | Rubric = PREFERENCE_RUBRIC,
+                 single_turn_rubric: str | Path | Rubric = SINGLE_TURN_RUBRIC) -> Path:
     """Write the report of one SQPsych run and return the path of its `report.html`.
 
     Args:
@@ -307,6 +272,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
         out_dir: where to write; default `run_dir/report`.
         panel_rubric: the panel's rubric (a name in `conf/rubric/`, a YAML path, or a Rubric).
         preference_rubric: the pairwise preference rubric, likewise.
+        single_turn_rubric: the single-turn (CounselBench-Adv) preference rubric, likewise.
     """
     run_dir = Path(run_dir)
     w = ReportWriter(Path(out_dir) if out_dir is not None else run_dir / "report")
@@ -322,7 +288,14 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
     wide = _panel(w, scores, panel, why, dialogues)
     _correlation(w, wide, panel)
     _fidelity(w, scores, run_dir)
-    _preference(w, scores, *_load(preference_rubric))
+    preference_section(w, *_load(preference_rubric), scores, sid="preference",
+                       title="Pairwise preference (win / loss / draw)", subjects="profiles",
+                       figure_caption="Figure. Share of the decided profiles model_a's session won, drew and lost.")
+    if not scores.empty and (scores["rubric"] == SINGLE_TURN_RUBRIC).any():  # optional, as fidelity
+        preference_section(w, *_load(single_turn_rubric), scores, sid="single_turn", run_dir=run_dir,
+                           title="Single-turn preference on CounselBench-Adv (Figure 5)", subjects="questions",
+                           figure_caption="Figure (the paper's Figure 5). Share of the decided CounselBench-Adv "
+                           "questions the fine-tuned model (model_a) won, drew and lost against each baseline.")
     _benchmarks(w, run_dir)
     _export(w, run_dir)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -337,3 +310,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--panel-rubric", default=PANEL_RUBRIC, help="the LLM panel's rubric (conf/rubric name or YAML)")
     parser.add_argument("--preference-rubric", default=PREFERENCE_RUBRIC,
                         help="the pairwise preference rubric (conf/rubric name or YAML)")
+    parser.add_argument("--single-turn-rubric", default=SINGLE_TURN_RUBRIC,
+                        help="the single-turn (CounselBench-Adv) preference rubric (conf/rubric name or YAML)")
