@@ -34,6 +34,7 @@ from analysis.sqpsych.data import (
 from analysis.sqpsych.preference_report import preference_section
 from analysis.sqpsych.readability import readability_table
 from analysis.sqpsych.stats import corpus_totals, dataset_table, ending_table
+from analysis.sqpsych.tokens import counter_table, load_utterance_tokens, with_token_counts
 from analysis.stats import ALPHA
 from analysis.writer import ReportWriter, Section, slug
 from jobs.core.rubric import Rubric, load_rubric
@@ -94,8 +95,15 @@ def _statistics(w: ReportWriter, utts: pd.DataFrame, profiles: pd.DataFrame | No
         w.missing(sec, "No finished dialogue in this run: no dataset statistics.")
         return
     note = ("utterances = turns of both roles; per conv = mean over dialogues (sd beside it); a round is one "
-            "therapist and one client turn. Tokens are each model's completion tokens (tokenizers differ "
-            "between models: compare words); tokens_per_conv leaves out dialogues with a turn lacking a count.")
+            "therapist and one client turn. Tokens exclude reasoning traces: each utterance's count is the one "
+            "the token-counter table names (tokenizers differ between models: compare words); tokens_per_conv "
+            "leaves out dialogues with a turn lacking a count.")
+    w.table(sec, counter_table(utts), "token_counters", "Which token count the statistics use, per speaking model",
+            "tokenizer: the cleaned text counted with the model's own tokenizer (the tokens step); server: the "
+            "engine's completion tokens, for a model that strips no reasoning (its role label and stop token, "
+            "removed from the text, included); regex: word and punctuation pieces of the cleaned text, for a "
+            "model whose completion tokens include a reasoning trace (or whose model file is not found) and that "
+            "has no local tokenizer. server_tokens: the engine's counts, for comparison.", digits=0)
     _split_table(w, sec, dataset_table(utts), "table2_dataset_stats", "Table 2. Dataset statistics per therapist model",
                  note)
     if profiles is None or GROUP not in profiles.columns:
@@ -107,9 +115,8 @@ def _statistics(w: ReportWriter, utts: pd.DataFrame, profiles: pd.DataFrame | No
                  note + " A dialogue whose profile is not in the profiles table has an empty group.")
     w.table(sec, corpus_totals(grouped, by=[MODEL, GROUP]), "table8_corpus_totals",
             "Table 8. Corpus totals per therapist model and client group, and over all",
-            "Sums over the utterances of finished dialogues. Tokens: the serving engine's completion tokens "
-            "(each model's own tokenizer; for a reasoning model they include its trace, which the text does "
-            "not); tokens_missing counts utterances without a count.", digits=0)
+            "Sums over the utterances of finished dialogues. Tokens: as the token-counter table says (reasoning "
+            "traces excluded); tokens_missing counts utterances without a count.", digits=0)
 
 
 def _split_table(w: ReportWriter, sec: Section, table: pd.DataFrame, name: str, caption: str, note: str) -> None:
@@ -279,7 +286,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
     w.out_dir.mkdir(parents=True, exist_ok=True)
     dialogues = load_dialogues(run_dir)
     profiles = load_profiles(run_dir)
-    utts = utterances(ok_dialogues(dialogues))
+    utts = with_token_counts(utterances(ok_dialogues(dialogues)), load_utterance_tokens(run_dir))
     scores = load_scores(run_dir)
     _dialogues(w, run_dir, dialogues, profiles)
     _statistics(w, utts, profiles)
