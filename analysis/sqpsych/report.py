@@ -214,6 +214,12 @@ def _correlation(w: ReportWriter, wide: pd.DataFrame | None, rubric: Rubric | No
             f"'{pn.ITEMS_POOLED}' pairs every item of every such dialogue. Several experts on one dialogue are "
             f"averaged first. p: two-sided, uncorrected (p < {ALPHA} is the usual mark). r is missing, with the "
             f"reason, below {pn.MIN_PAIRS} pairs or when one side is constant.", digits=3)
+    w.table(sec, va.human_correlation_ci(wide, rubric), "panel_human_correlation_ci",
+            "95% bootstrap intervals of each LLM judge's correlation with the human experts",
+            "scipy.stats.bootstrap: the dialogues resampled with both scores (paired), 9,999 resamples, seed 0, "
+            "percentile interval. A resample with a constant side has no coefficient: left out and counted "
+            "(degenerate_r, degenerate_rho). No interval for the pooled items (one dialogue's items are not "
+            "independent pairs).", digits=3)
 
 
 def _fidelity(w: ReportWriter, scores: pd.DataFrame, run_dir: Path) -> None:
