@@ -20,6 +20,7 @@ from jobs.core.store import read_table
 METHOD = "sqpsych"
 PANEL_RUBRIC = "sqpsych_panel"            # conf/rubric/sqpsych_panel.yaml
 PREFERENCE_RUBRIC = "sqpsych_preference"  # conf/rubric/sqpsych_preference.yaml
+SINGLE_TURN_RUBRIC = "sqpsych_single_turn_preference"  # conf/rubric/sqpsych_single_turn_preference.yaml
 
 # The two roles of an SQPsych dialogue (the `role` of each turn).
 THERAPIST = "therapist"

@@ -122,19 +122,15 @@ def pearson(x: np.ndarray, y: np.ndarray) -> tuple[float, float, str]:
     return float(res.statistic), float(res.pvalue), ""
 
 
-def human_correlation(wide: pd.DataFrame, rubric: Rubric) -> pd.DataFrame:
-    """Pearson r of each LLM judge (and their average) with the human experts, on the dialogues
-    both scored: one row per (rater, measure), the measures being each aggregate and every item
-    pooled (one pair per dialogue and item). Columns n, r, p, and a note where r is undefined.
-
-    Empty when there are no human scores or no LLM judge.
-    """
-    cols = [N, "r", "p", "note"]
+def human_pairs(wide: pd.DataFrame, rubric: Rubric) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
+    """(rater, measure) -> the judge's and the experts' values on the dialogues both scored (NaN
+    pairs dropped), for each LLM judge (and their average) and each aggregate, and every item
+    pooled (one pair per dialogue and item). Empty without human scores or LLM judges."""
     if not has_human(wide) or not llm_judges(wide):
-        return pd.DataFrame(columns=cols, index=pd.MultiIndex.from_arrays([[], []], names=[RATER, MEASURE]))
+        return {}
     human = rater_scores(wide, rubric, HUMAN_LABEL).set_index(SUBJECT_ID)
     items = list(rubric.required_items)
-    rows = []
+    out = {}
     for rater in [r for r in raters(wide) if r != HUMAN_LABEL]:
         judge = rater_scores(wide, rubric, rater).set_index(SUBJECT_ID)
         common = judge.index.intersection(human.index)
@@ -145,8 +141,25 @@ def human_correlation(wide: pd.DataFrame, rubric: Rubric) -> pd.DataFrame:
             else:
                 x, y = j[measure].to_numpy(float), h[measure].to_numpy(float)
             both = ~(np.isnan(x) | np.isnan(y))
-            r, p, note = pearson(x[both], y[both])
-            rows.append({RATER: rater, MEASURE: measure, N: int(both.sum()), "r": r, "p": p, "note": note})
+            out[(rater, measure)] = (x[both], y[both])
+    return out
+
+
+def human_correlation(wide: pd.DataFrame, rubric: Rubric) -> pd.DataFrame:
+    """Pearson r of each LLM judge (and their average) with the human experts, on the dialogues
+    both scored: one row per (rater, measure), the measures being each aggregate and every item
+    pooled (one pair per dialogue and item). Columns n, r, p, and a note where r is undefined.
+
+    Empty when there are no human scores or no LLM judge.
+    """
+    cols = [N, "r", "p", "note"]
+    pairs = human_pairs(wide, rubric)
+    if not pairs:
+        return pd.DataFrame(columns=cols, index=pd.MultiIndex.from_arrays([[], []], names=[RATER, MEASURE]))
+    rows = []
+    for (rater, measure), (x, y) in pairs.items():
+        r, p, note = pearson(x, y)
+        rows.append({RATER: rater, MEASURE: measure, N: len(x), "r": r, "p": p, "note": note})
     return pd.DataFrame(rows).set_index([RATER, MEASURE])[cols]
 
 

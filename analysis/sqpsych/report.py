@@ -28,12 +28,13 @@ from analysis.sqpsych import fidelity as fd
 from analysis.sqpsych import panel as pn
 from analysis.sqpsych import validity as va
 from analysis.sqpsych.data import (
-    GROUP, MODEL, PANEL_RUBRIC, PREFERENCE_RUBRIC, PROFILE_STATUS, ROLES, load_dialogues, load_profiles, ok_dialogues,
-    utterances, with_groups,
+    GROUP, MODEL, PANEL_RUBRIC, PREFERENCE_RUBRIC, PROFILE_STATUS, ROLES, SINGLE_TURN_RUBRIC, load_dialogues,
+    load_profiles, ok_dialogues, utterances, with_groups,
 )
-from analysis.sqpsych.preference import preference_tables, verdict_codes
+from analysis.sqpsych.preference_report import preference_section
 from analysis.sqpsych.readability import readability_table
 from analysis.sqpsych.stats import corpus_totals, dataset_table, ending_table
+from analysis.sqpsych.tokens import counter_table, load_utterance_tokens, with_token_counts
 from analysis.stats import ALPHA
 from analysis.writer import ReportWriter, Section, slug
 from jobs.core.rubric import Rubric, load_rubric
@@ -94,8 +95,15 @@ def _statistics(w: ReportWriter, utts: pd.DataFrame, profiles: pd.DataFrame | No
         w.missing(sec, "No finished dialogue in this run: no dataset statistics.")
         return
     note = ("utterances = turns of both roles; per conv = mean over dialogues (sd beside it); a round is one "
-            "therapist and one client turn. Tokens are each model's completion tokens (tokenizers differ "
-            "between models: compare words); tokens_per_conv leaves out dialogues with a turn lacking a count.")
+            "therapist and one client turn. Tokens exclude reasoning traces: each utterance's count is the one "
+            "the token-counter table names (tokenizers differ between models: compare words); tokens_per_conv "
+            "leaves out dialogues with a turn lacking a count.")
+    w.table(sec, counter_table(utts), "token_counters", "Which token count the statistics use, per speaking model",
+            "tokenizer: the cleaned text counted with the model's own tokenizer (the tokens step); server: the "
+            "engine's completion tokens, for a model that strips no reasoning (its role label and stop token, "
+            "removed from the text, included); regex: word and punctuation pieces of the cleaned text, for a "
+            "model whose completion tokens include a reasoning trace (or whose model file is not found) and that "
+            "has no local tokenizer. server_tokens: the engine's counts, for comparison.", digits=0)
     _split_table(w, sec, dataset_table(utts), "table2_dataset_stats", "Table 2. Dataset statistics per therapist model",
                  note)
     if profiles is None or GROUP not in profiles.columns:
@@ -107,9 +115,8 @@ def _statistics(w: ReportWriter, utts: pd.DataFrame, profiles: pd.DataFrame | No
                  note + " A dialogue whose profile is not in the profiles table has an empty group.")
     w.table(sec, corpus_totals(grouped, by=[MODEL, GROUP]), "table8_corpus_totals",
             "Table 8. Corpus totals per therapist model and client group, and over all",
-            "Sums over the utterances of finished dialogues. Tokens: the serving engine's completion tokens "
-            "(each model's own tokenizer; for a reasoning model they include its trace, which the text does "
-            "not); tokens_missing counts utterances without a count.", digits=0)
+            "Sums over the utterances of finished dialogues. Tokens: as the token-counter table says (reasoning "
+            "traces excluded); tokens_missing counts utterances without a count.", digits=0)
 
 
 def _split_table(w: ReportWriter, sec: Section, table: pd.DataFrame, name: str, caption: str, note: str) -> None:
@@ -207,6 +214,12 @@ def _correlation(w: ReportWriter, wide: pd.DataFrame | None, rubric: Rubric | No
             f"'{pn.ITEMS_POOLED}' pairs every item of every such dialogue. Several experts on one dialogue are "
             f"averaged first. p: two-sided, uncorrected (p < {ALPHA} is the usual mark). r is missing, with the "
             f"reason, below {pn.MIN_PAIRS} pairs or when one side is constant.", digits=3)
+    w.table(sec, va.human_correlation_ci(wide, rubric), "panel_human_correlation_ci",
+            "95% bootstrap intervals of each LLM judge's correlation with the human experts",
+            "scipy.stats.bootstrap: the dialogues resampled with both scores (paired), 9,999 resamples, seed 0, "
+            "percentile interval. A resample with a constant side has no coefficient: left out and counted "
+            "(degenerate_r, degenerate_rho). No interval for the pooled items (one dialogue's items are not "
+            "independent pairs).", digits=3)
 
 
 def _fidelity(w: ReportWriter, scores: pd.DataFrame, run_dir: Path) -> None:
@@ -223,42 +236,6 @@ def _fidelity(w: ReportWriter, scores: pd.DataFrame, run_dir: Path) -> None:
             "items where it is defined; kappa_shuffled pairs each dialogue with the next client's record. "
             "gap = kappa - kappa_shuffled: how much the dialogue carries its own client.", digits=3)
     w.file_only(table, "fidelity_items", "Weighted kappa per model and item", digits=3)
-
-
-def _preference(w: ReportWriter, scores: pd.DataFrame, rubric: Rubric | None, why: str) -> None:
-    sec = w.section("preference", "Pairwise preference (win / loss / draw)")
-    if rubric is None:
-        w.missing(sec, f"The preference rubric could not be loaded, so its verdicts are not analysed: {why}")
-        return
-    try:
-        codes = verdict_codes(rubric)
-    except ValueError as exc:
-        w.missing(sec, str(exc))
-        return
-    t = preference_tables(scores, rubric.name, codes, rubric.required_items[0])
-    if t["verdicts"].empty:
-        w.missing(sec, f"No preference verdicts (rubric {rubric.name!r}, subject pair) in this run.")
-        return
-    wld = t["win_loss_draw"]
-    w.table(sec, wld, "preference_win_loss_draw", "Win / loss / draw of model_a against model_b over client profiles",
-            "Per profile: each judge's two orders are mapped back to the models; a judge whose orders name "
-            "different winners votes draw; a judge missing an order has no vote; the outcome is the most "
-            "voted of model_a / model_b / draw (a tie for the most is a draw). n = profiles decided; "
-            "undecided = profiles where no judge had both orders.")
-    if len(wld):
-        counts = wld[["win", "draw", "loss"]].rename(index=lambda ix: f"{ix[0]} vs {ix[1]}" if isinstance(ix, tuple) else ix)
-        w.figure(sec, figures.stacked_shares(counts, w.figures_dir / "preference_win_draw_loss.png",
-                                             "Win / draw / loss of model_a against model_b"),
-                 "Figure (the paper's Figure 5). Share of the decided profiles model_a won, drew and lost.")
-        rates = wld["win_rate"].rename(lambda ix: f"{ix[0]} vs {ix[1]}" if isinstance(ix, tuple) else ix)
-        w.figure(sec, figures.bars(rates, w.figures_dir / "preference_win_rate.png",
-                                   "Win rate of model_a against model_b", "win rate"),
-                 "Figure. Share of the decided profiles where model_a's session was preferred.")
-    w.table(sec, t["consistency"], "preference_position_consistency",
-            "Position consistency per judge: the same winner in both orders",
-            "A low share means the judge's verdict follows the position of a session more than its content.")
-    w.file_only(t["outcomes"], "preference_outcomes", "Outcome per profile and pair of models")
-    w.file_only(t["votes"], "preference_votes", "Each judge's vote per profile and pair of models")
 
 
 def _benchmarks(w: ReportWriter, run_dir: Path) -> None:
@@ -299,7 +276,8 @@ def _export(w: ReportWriter, run_dir: Path) -> None:
 
 def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
                  panel_rubric: str | Path | Rubric = PANEL_RUBRIC,
-                 preference_rubric: str | Path | Rubric = PREFERENCE_RUBRIC) -> Path:
+                 preference_rubric: str | Path | Rubric = PREFERENCE_RUBRIC,
+                 single_turn_rubric: str | Path | Rubric = SINGLE_TURN_RUBRIC) -> Path:
     """Write the report of one SQPsych run and return the path of its `report.html`.
 
     Args:
@@ -307,13 +285,14 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
         out_dir: where to write; default `run_dir/report`.
         panel_rubric: the panel's rubric (a name in `conf/rubric/`, a YAML path, or a Rubric).
         preference_rubric: the pairwise preference rubric, likewise.
+        single_turn_rubric: the single-turn (CounselBench-Adv) preference rubric, likewise.
     """
     run_dir = Path(run_dir)
     w = ReportWriter(Path(out_dir) if out_dir is not None else run_dir / "report")
     w.out_dir.mkdir(parents=True, exist_ok=True)
     dialogues = load_dialogues(run_dir)
     profiles = load_profiles(run_dir)
-    utts = utterances(ok_dialogues(dialogues))
+    utts = with_token_counts(utterances(ok_dialogues(dialogues)), load_utterance_tokens(run_dir))
     scores = load_scores(run_dir)
     _dialogues(w, run_dir, dialogues, profiles)
     _statistics(w, utts, profiles)
@@ -322,7 +301,14 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
     wide = _panel(w, scores, panel, why, dialogues)
     _correlation(w, wide, panel)
     _fidelity(w, scores, run_dir)
-    _preference(w, scores, *_load(preference_rubric))
+    preference_section(w, *_load(preference_rubric), scores, sid="preference",
+                       title="Pairwise preference (win / loss / draw)", subjects="profiles",
+                       figure_caption="Figure. Share of the decided profiles model_a's session won, drew and lost.")
+    if not scores.empty and (scores["rubric"] == SINGLE_TURN_RUBRIC).any():  # optional, as fidelity
+        preference_section(w, *_load(single_turn_rubric), scores, sid="single_turn", run_dir=run_dir,
+                           title="Single-turn preference on CounselBench-Adv (Figure 5)", subjects="questions",
+                           figure_caption="Figure (the paper's Figure 5). Share of the decided CounselBench-Adv "
+                           "questions the fine-tuned model (model_a) won, drew and lost against each baseline.")
     _benchmarks(w, run_dir)
     _export(w, run_dir)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -337,3 +323,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--panel-rubric", default=PANEL_RUBRIC, help="the LLM panel's rubric (conf/rubric name or YAML)")
     parser.add_argument("--preference-rubric", default=PREFERENCE_RUBRIC,
                         help="the pairwise preference rubric (conf/rubric name or YAML)")
+    parser.add_argument("--single-turn-rubric", default=SINGLE_TURN_RUBRIC,
+                        help="the single-turn (CounselBench-Adv) preference rubric (conf/rubric name or YAML)")

@@ -2,9 +2,10 @@
 
 Per therapist model (and per model and profile group, control / MDD): how many dialogues, how
 many utterances (one turn = one utterance), turns and rounds per conversation, tokens and words
-per utterance by role, tokens per conversation. Tokens are each model's own completion tokens
-(tokenizers differ between models), so words per utterance are given beside them as the
-tokenizer-free comparison. Only finished dialogues (status ok) are dataset entries; how every
+per utterance by role, tokens per conversation. Tokens are the utterances' `tokens` column, which
+the report fills by `analysis.sqpsych.tokens` (reasoning traces excluded, each model's own
+tokenizer where one loaded); tokenizers differ between models, so words per utterance are given
+beside them as the tokenizer-free comparison. Only finished dialogues (status ok) are dataset entries; how every
 dialogue ended, failed ones included, is `ending_table`.
 """
 

@@ -2,6 +2,11 @@
 
 - a 95% bootstrap confidence interval for every panel mean (per rater and therapist model;
   `scipy.stats.bootstrap`, percentile method, 9,999 resamples, seeded);
+- a 95% bootstrap confidence interval for each judge's correlation with the human experts (Pearson
+  r and Spearman rho per aggregate): the dialogues resampled with both their scores (paired), the
+  percentile interval of the resampled coefficients. A resample in which one side is constant has
+  no coefficient; it is left out of the percentiles and counted (`degenerate`), not read as 0.
+  The pooled-items row gets none: the items of one dialogue are not independent pairs;
 - agreement across the LLM judges on one aggregate: Krippendorff's alpha, interval level (the
   `krippendorff` library; dialogues a judge did not score are missing), and ICC(2,k), the
   two-way random-effects, average-measures intraclass correlation of Shrout & Fleiss (1979) on
@@ -15,6 +20,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import krippendorff
 import numpy as np
 import pandas as pd
@@ -22,7 +29,9 @@ from scipy import stats
 
 from analysis.columns import N, SUBJECT_ID
 from analysis.sqpsych.data import MODEL
-from analysis.sqpsych.panel import llm_judges, rater_scores, raters
+from analysis.sqpsych.panel import (
+    ITEMS_POOLED, MEASURE, MIN_PAIRS, RATER, human_pairs, llm_judges, rater_scores, raters,
+)
 from jobs.core.rubric import Rubric
 
 RESAMPLES = 9999
@@ -91,3 +100,61 @@ def judge_agreement(wide: pd.DataFrame, rubric: Rubric, measure: str | None = No
                      "krippendorff_alpha": alpha, "icc2k": icc2k(complete.to_numpy(float))})
     return pd.DataFrame(rows, columns=["measure", "judges", "dialogues", "complete", "krippendorff_alpha",
                                        "icc2k"]).set_index("measure")
+
+
+# --- judge-expert correlations -------------------------------------------------------------------
+
+
+def _pearson_along(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Pearson r of a and b along `axis` (vectorized over resamples); NaN where a side is constant."""
+    am, bm = a - a.mean(axis=axis, keepdims=True), b - b.mean(axis=axis, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (am * bm).sum(axis=axis) / np.sqrt((am ** 2).sum(axis=axis) * (bm ** 2).sum(axis=axis))
+
+
+def _spearman_along(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Spearman's rho: Pearson's r of the (average-tied) ranks."""
+    return _pearson_along(stats.rankdata(a, axis=axis), stats.rankdata(b, axis=axis), axis=axis)
+
+
+def correlation_ci(x: np.ndarray, y: np.ndarray, method: str = "pearson", level: float = 0.95,
+                   resamples: int = RESAMPLES) -> tuple[float, float, int]:
+    """Percentile bootstrap CI of Pearson's r (`pearson`) or Spearman's rho (`spearman`) over the
+    (x, y) pairs resampled together (`scipy.stats.bootstrap`, paired, seeded), and how many
+    resamples had a constant side (no coefficient; left out). NaN below `MIN_PAIRS` pairs or when
+    a side is constant in the data itself."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < MIN_PAIRS or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return np.nan, np.nan, 0
+    fn = _pearson_along if method == "pearson" else _spearman_along
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy's interval is NaN once any resample is; ours leaves them out
+        res = stats.bootstrap((x, y), fn, paired=True, vectorized=True, n_resamples=resamples, batch=1000,
+                              method="percentile", random_state=SEED)
+    dist = np.asarray(res.bootstrap_distribution, dtype=float)
+    ok = dist[~np.isnan(dist)]
+    if not len(ok):
+        return np.nan, np.nan, len(dist)
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(ok, [tail, 100 - tail])
+    return float(low), float(high), int(len(dist) - len(ok))
+
+
+def human_correlation_ci(wide: pd.DataFrame, rubric: Rubric) -> pd.DataFrame:
+    """Per LLM judge (and their average) and aggregate: n pairs, Pearson r and Spearman rho with
+    their 95% bootstrap intervals, and the degenerate resamples of each. Empty without experts."""
+    cols = [N, "r", "r_ci_low", "r_ci_high", "rho", "rho_ci_low", "rho_ci_high", "degenerate_r", "degenerate_rho"]
+    rows = []
+    for (rater, measure), (x, y) in human_pairs(wide, rubric).items():
+        if measure == ITEMS_POOLED:
+            continue
+        row = {RATER: rater, MEASURE: measure, N: len(x)}
+        defined = len(x) >= MIN_PAIRS and np.ptp(x) > 0 and np.ptp(y) > 0
+        for name, method, point in (("r", "pearson", stats.pearsonr), ("rho", "spearman", stats.spearmanr)):
+            low, high, bad = correlation_ci(x, y, method)
+            row.update({name: float(point(x, y).statistic) if defined else np.nan, f"{name}_ci_low": low,
+                        f"{name}_ci_high": high, f"degenerate_{name}": bad})
+        rows.append(row)
+    if not rows:
+        return pd.DataFrame(columns=cols, index=pd.MultiIndex.from_arrays([[], []], names=[RATER, MEASURE]))
+    return pd.DataFrame(rows).set_index([RATER, MEASURE])[cols]

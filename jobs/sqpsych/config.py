@@ -17,14 +17,17 @@ from jobs.sqpsych.cohort import CohortConfig
 from jobs.sqpsych.export import ExportConfig
 from jobs.sqpsych.fidelity import FidelityConfig
 from jobs.sqpsych.preference import PreferenceConfig
+from jobs.sqpsych.single_turn import SingleTurnConfig
 from jobs.sqpsych.synthesize import SynthesizeConfig
 
-STEPS = ["cohort", "synthesize", "panel", "fidelity", "experts", "preference", "benchmarks", "export", "report"]
+STEPS = ["cohort", "synthesize", "tokens", "panel", "fidelity", "experts", "preference", "single_turn", "benchmarks",
+         "export", "report"]
 
 
-class SQPsychConfig(SynthesizeConfig, FidelityConfig, PreferenceConfig, BenchmarksJobConfig):
-    """cohort -> profiles, synthesize -> turns + dialogues, panel / fidelity / experts /
-    preference -> scores, benchmarks -> bench_answers, export -> JSONL, report."""
+class SQPsychConfig(SynthesizeConfig, FidelityConfig, PreferenceConfig, SingleTurnConfig, BenchmarksJobConfig):
+    """cohort -> profiles, synthesize -> turns + dialogues, tokens -> utterance_tokens, panel / fidelity /
+    experts / preference -> scores, single_turn -> responses + scores, benchmarks -> bench_answers,
+    export -> JSONL, report."""
 
     dataset: CohortConfig = Field(description="The cohort (conf/dataset/sqpsych_*.yaml): synthetic or a mapped CSV.")
     ratings: RatingsImportConfig | None = Field(

@@ -37,3 +37,23 @@ PROFILES = Table(
         ]
     ),
 )
+
+# The `tokens` step's table (`RUN_DIR/utterance_tokens/`): one row per turn of a finished dialogue
+# whose speaking model has a local tokenizer (`ModelConfig.tokenizer`): the cleaned text's tokens
+# (a reasoning trace, role labels and stop tokens excluded). The analysis reads it by its folder
+# name and columns; a turn without a row is counted another way, which the report says.
+UTTERANCE_TOKENS = Table(
+    name="utterance_tokens",
+    key=("dialogue_id", "turn"),
+    schema=pa.schema(
+        [
+            pa.field("dialogue_id", pa.string(), nullable=False),
+            pa.field("turn", pa.int32(), nullable=False),
+            pa.field("model", pa.string()),      # the agent that spoke
+            pa.field("tokens", pa.int64()),      # tokens of the turn's cleaned text
+            pa.field("tokenizer", pa.string()),  # the model file's `tokenizer`
+            pa.field("run_id", pa.string()),
+            pa.field("created_at", pa.timestamp("us", tz="UTC")),
+        ]
+    ),
+)

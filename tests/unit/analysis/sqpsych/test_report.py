@@ -61,7 +61,7 @@ def test_report_has_a_section_per_part(run):
     for name in ("dialogues_ending", "table2_dataset_stats", "table2_dataset_stats_counts",
                  "table2_dataset_stats_lengths", "table8_dataset_stats_by_group", "table6_readability",
                  "panel_provenance", "panel_aggregates", "panel_items", "panel_items_j1", "panel_items_human-experts",
-                 "panel_human_correlation",
+                 "panel_human_correlation", "panel_human_correlation_ci", "token_counters",
                  "preference_win_loss_draw", "preference_position_consistency", "export_files"):
         assert (out / "tables" / f"{name}.csv").is_file(), name
         assert (out / "tables" / f"{name}.md").read_text().count("|") > 6, name
