@@ -157,6 +157,9 @@ def run_stage(
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False  # ours below counts rows and failures, not blocks
     ctx.verbose_stats_logs = False
+    # Ray Data polls each map task's memory from a thread (psutil, every second): CPU the model
+    # calls need on a small machine, for a figure that only feeds its autoscaler.
+    ctx.memory_usage_poll_interval_s = None
     sink_name = f"rowsink-{uuid.uuid4().hex[:12]}"
     sink = ray.remote(num_cpus=0)(RowSink).options(name=sink_name).remote()
     # Arrow blocks built here: `from_pandas` converts the frames in Ray tasks, which waits for a
