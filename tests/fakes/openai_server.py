@@ -26,6 +26,11 @@ Endpoints
     ``{"requests", "ok", "faults": {kind: n}, "bad_requests", "in_flight",
     "max_in_flight"}`` counting chat-completion requests only.
 
+Scripted answers (``--script PATH``): rules that give a request (by model, request key or
+content) its answer: a content, finish reason and usage, or an HTTP error status. A request
+that no fault below has failed takes the first matching rule; the file is read on every
+request, so a test may change the answers between runs. See :mod:`tests.fakes.openai_script`.
+
 Faults (decided when the request arrives, in this priority order)
 -----------------------------------------------------------------
 * ``--always-fail KIND``: every chat request fails with KIND.
@@ -44,8 +49,10 @@ Log (``--log PATH``): one JSON line per chat request, written and flushed when
 the request arrives with its planned outcome: ``time``, ``seq``, ``model``,
 ``content`` (last user message), ``request_key`` (``X-Request-Key`` header or
 null), ``attempt`` (0-based attempt number for this content when
-``--fail-first`` is set, else null) and ``outcome`` (``ok``, ``429``, ``500``,
-``503``, ``timeout``, ``disconnect`` or ``bad_request``).
+``--fail-first`` is set, else null), ``outcome`` (``ok``, ``429``, ``500``,
+``503``, ``timeout``, ``disconnect``, ``bad_request``, or a scripted error status), ``roles``
+(the messages' roles, in order) and ``response_format`` (as sent, or null); with ``--script``
+also ``rule`` (the index of the rule that answered, or null).
 
 CLI: ``python -m tests.fakes.openai_server --port 0 --latency 0.1`` binds
 127.0.0.1 only and prints exactly one stdout line ``LISTENING <port>``.
@@ -73,6 +80,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from aiohttp import web
+
+from tests.fakes.openai_script import answer_content, find_rule, load_script, write_script
 
 try:  # optional speed-up
     import orjson as _orjson
@@ -318,7 +327,9 @@ class FakeOpenAI:
         bad_json: str = "none",
         seed: int = 0,
         echo_auth: bool = False,
+        script_path: str | None = None,
     ) -> None:
+        self.script_path = script_path
         self.echo_auth = bool(echo_auth)  # errors repeat the Authorization header, as some gateways do
         self.latency = float(latency)
         self.fault_rate = float(fault_rate)
@@ -461,17 +472,41 @@ class FakeOpenAI:
             model = body["model"]
             user_text = _last_user_text(messages)
             outcome, attempt = self._decide(body)
-            self._write_log(
-                {
-                    "time": time.time(),
-                    "seq": seq,
-                    "model": model,
-                    "content": user_text,
-                    "request_key": request.headers.get("X-Request-Key"),
-                    "attempt": attempt,
-                    "outcome": outcome,
-                }
-            )
+            rule = found = None
+            if outcome == "ok" and self.script_path:
+                try:
+                    found = find_rule(load_script(self.script_path), model,
+                                      request.headers.get("X-Request-Key"), user_text)
+                except (OSError, ValueError) as exc:
+                    self.bad_requests += 1
+                    return self._error(400, f"fake server: script {self.script_path} unusable: {exc}")
+                if found is not None:
+                    rule = found[1]
+                    if rule.get("status") is not None:
+                        outcome = str(rule["status"])
+            record = {
+                "time": time.time(),
+                "seq": seq,
+                "model": model,
+                "content": user_text,
+                "request_key": request.headers.get("X-Request-Key"),
+                "attempt": attempt,
+                "outcome": outcome,
+                "roles": [m.get("role") if isinstance(m, dict) else None for m in messages],
+                "response_format": body.get("response_format"),
+            }
+            if self.script_path:
+                record["rule"] = found[0] if found is not None else None
+            self._write_log(record)
+            if rule is not None and rule.get("status") is not None:
+                self.faults[outcome] = self.faults.get(outcome, 0) + 1
+                retry = rule.get("retry_after")
+                headers = {"Retry-After": _format_seconds(float(retry))} if retry is not None else None
+                body_err = _ERROR_BODIES.get(outcome) or _dumps(
+                    {"error": {"message": f"scripted HTTP {outcome} (fake server)", "type": "server_error",
+                               "param": None, "code": None}})
+                return web.Response(status=int(outcome), body=body_err, content_type="application/json",
+                                    headers=headers)
 
             if outcome == "ok":
                 self.ok += 1
@@ -503,17 +538,20 @@ class FakeOpenAI:
                 await asyncio.sleep(self.timeout_sleep)
 
             return web.Response(
-                body=_dumps(self._completion(body, model, messages, user_text, seq)),
+                body=_dumps(self._completion(body, model, messages, user_text, seq, rule)),
                 content_type="application/json",
             )
         finally:
             self.in_flight -= 1
 
-    def _completion(self, body: dict, model: str, messages: list, user_text: str, seq: int) -> dict:
+    def _completion(self, body: dict, model: str, messages: list, user_text: str, seq: int,
+                    rule: dict | None = None) -> dict:
         echo = "echo: " + user_text[:ECHO_LIMIT]
         content = echo
         fmt = body.get("response_format")
-        if isinstance(fmt, dict):
+        if rule is not None:
+            content = answer_content(rule)
+        elif isinstance(fmt, dict):
             ftype = fmt.get("type")
             if ftype == "json_schema":
                 js = fmt.get("json_schema") or {}
@@ -533,6 +571,9 @@ class FakeOpenAI:
             if isinstance(msg, dict):
                 prompt_tokens += _count_tokens(_text_of(msg.get("content")))
         completion_tokens = _count_tokens(content)
+        rule = rule or {}
+        prompt_tokens = rule.get("prompt_tokens", prompt_tokens)
+        completion_tokens = rule.get("completion_tokens", completion_tokens)
         n = body.get("n") or 1
         if not isinstance(n, int) or n < 1:
             n = 1
@@ -541,7 +582,7 @@ class FakeOpenAI:
                 "index": i,
                 "message": {"role": "assistant", "content": content, "refusal": None},
                 "logprobs": None,
-                "finish_reason": "stop",
+                "finish_reason": rule.get("finish_reason", "stop"),
             }
             for i in range(n)
         ]
@@ -594,6 +635,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bad-json", choices=["none", "first", "always"], default="none",
                    help="answer json_schema requests with prose: always, or on first turns only")
     p.add_argument("--seed", type=int, default=0, help="seed of the fault RNG")
+    p.add_argument("--script", default=None,
+                   help="JSON rules giving requests their answers (tests.fakes.openai_script), read per request")
     p.add_argument("--echo-auth", action="store_true",
                    help="500/503 error messages repeat the request's Authorization header")
     return p
@@ -614,6 +657,7 @@ async def _serve(args: argparse.Namespace) -> None:
         bad_json=args.bad_json,
         seed=args.seed,
         echo_auth=args.echo_auth,
+        script_path=args.script,
     )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -666,7 +710,9 @@ class FakeServer:
     Keyword arguments mirror the CLI flags (``fault_kinds`` and ``model_names``
     may be lists). ``log=None`` (default) logs to a private temporary file so
     :meth:`log_lines` always works; ``log=False`` disables logging; a path logs
-    there. ``extra_args`` are appended to the command line verbatim.
+    there. ``script`` (a list of rules, see :mod:`tests.fakes.openai_script`)
+    scripts answers; :meth:`set_script` replaces them while the server runs.
+    ``extra_args`` are appended to the command line verbatim.
     """
 
     def __init__(
@@ -685,6 +731,7 @@ class FakeServer:
         think: bool = False,
         bad_json: str = "none",
         seed: int | None = None,
+        script: Iterable[dict] | None = None,
         startup_timeout: float = 20.0,
         extra_args: Sequence[str] = (),
     ) -> None:
@@ -718,6 +765,10 @@ class FakeServer:
             args += ["--bad-json", bad_json]
         if seed is not None:
             args += ["--seed", str(seed)]
+        self.script_path: Path | None = None
+        if script is not None:
+            self.script_path = write_script(Path(self._tmpdir.name) / "script.json", script)
+            args += ["--script", str(self.script_path)]
         args += list(extra_args)
         self.args = args
         self.startup_timeout = startup_timeout
@@ -801,6 +852,13 @@ class FakeServer:
 
     def stats(self) -> dict:
         return self._get_json("/stats")
+
+    def set_script(self, rules: Iterable[dict]) -> None:
+        """Replace the scripted rules; the next request reads them (the server must have been
+        started with ``script=``)."""
+        if self.script_path is None:
+            raise RuntimeError("this fake server was started without script=: pass script=[] to script it later")
+        write_script(self.script_path, rules)
 
     def log_lines(self) -> list[dict]:
         if self.log_path is None or not self.log_path.exists():

@@ -98,7 +98,8 @@ def test_json_schema_response_format_is_parseable():
         assert data == {"score": 1, "count": 3, "ratio": 3, "label": "ok"}
     with FakeServer(think=True) as server:
         resp = asyncio.run(
-            _chat(server, "rate this", response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema}})
+            _chat(server, "rate this",
+                  response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema}})
         )
         content = resp.choices[0].message.content
         assert content.startswith("<think>some reasoning</think>")
@@ -193,3 +194,45 @@ def test_timeout_and_disconnect_faults():
 def test_bad_startup_reports_stderr():
     with pytest.raises(RuntimeError, match="fault kinds"):
         FakeServer(fault_kinds="418").start()
+
+
+def test_a_script_answers_by_model_request_key_and_content_and_can_change_between_calls():
+    async def ask(server: FakeServer, model: str, text: str, key: str | None = None, **kwargs):
+        async with _client(server) as client:
+            return await client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": text}],
+                extra_headers={"X-Request-Key": key} if key else None, **kwargs)
+
+    rules = [
+        {"model": "judge", "request_key": r"#feedback$", "content": "fixed",
+         "prompt_tokens": 70, "completion_tokens": 9},
+        {"request_key": r"#reflect$", "content": {"revised_prompt": "p"}, "finish_reason": "length"},
+        {"prompt": "^please fail", "status": 503, "retry_after": 0},
+    ]
+    with FakeServer(script=rules) as server:
+        fixed = asyncio.run(ask(server, "judge", "write it", "s1#feedback"))
+        assert fixed.choices[0].message.content == "fixed" and fixed.choices[0].finish_reason == "stop"
+        assert (fixed.usage.prompt_tokens, fixed.usage.completion_tokens) == (70, 9)
+        # another model, or no request key: the usual echo
+        for model, key in (("other", "s1#feedback"), ("judge", None)):
+            assert asyncio.run(ask(server, model, "write it", key)).choices[0].message.content == "echo: write it"
+        # a JSON value is sent as its text, even when a schema is asked for
+        fmt = {"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object"}}}
+        cut = asyncio.run(ask(server, "m", "reflect", "s1#reflect", response_format=fmt)).choices[0]
+        assert json.loads(cut.message.content) == {"revised_prompt": "p"} and cut.finish_reason == "length"
+        with pytest.raises(openai.InternalServerError) as info:
+            asyncio.run(ask(server, "m", "please fail now"))
+        assert info.value.status_code == 503 and info.value.response.headers["retry-after"] == "0"
+        server.set_script([{"prompt": "write", "content": "changed"}])
+        assert asyncio.run(ask(server, "judge", "write it", "s1#feedback")).choices[0].message.content == "changed"
+        lines = server.log_lines()
+        assert [line["rule"] for line in lines] == [0, None, None, 1, 2, 0]
+        assert [line["outcome"] for line in lines] == ["ok"] * 4 + ["503", "ok"]
+        assert server.stats()["faults"]["503"] == 1
+
+
+def test_a_malformed_script_is_refused():
+    with pytest.raises(ValueError, match=r"rule 0: unknown key\(s\) \['answer'\]"):
+        FakeServer(script=[{"answer": "x"}])
+    with pytest.raises(ValueError, match="status must be an HTTP error status"):
+        FakeServer(script=[{"status": 200}])
