@@ -33,10 +33,12 @@ from serving.deploy import ensure
 from jobs.core.store import TableStore
 
 
-def stage_workers(requested: int, models: list) -> int:
+def stage_workers(requested: int, models: list, blocks: int | None = None) -> int:
     """Model-call workers, at most the smallest concurrency limit: each worker gets
-    `limit // workers` (at least 1) of every model, which must not add up past the limit."""
-    return max(1, min([requested, *(m.concurrency for m in models)]))
+    `limit // workers` (at least 1) of every model, which must not add up past the limit. Never
+    more than the stage's `blocks` either: a worker without a block would only cost its start-up
+    (and Ray Data warns on the console that the pool is larger than the dataset)."""
+    return max(1, min([requested, *(m.concurrency for m in models), *([blocks] if blocks else [])]))
 
 
 def plan_text(models: list, todo: pd.DataFrame, overrides: Any) -> str:
@@ -106,7 +108,7 @@ def run_model_stage(
     endpoints = ensure(models, run.serving, verbose=run.verbose)
     for name, ep in endpoints.items():
         print(f"  {name}: {ep.base_url}", flush=True)
-    workers = stage_workers(run.cluster.stage_workers, models)
+    workers = stage_workers(run.cluster.stage_workers, models, blocks=math.ceil(len(rows) / run.rows_per_task))
     return run_stage(
         rows, stage_cls,
         dict(endpoints=endpoints_to_spec(endpoints), concurrency_share=1.0 / workers,

@@ -16,6 +16,14 @@ def test_stage_workers_never_exceed_the_smallest_concurrency_limit():
     assert stage_workers(1, models) == 1
 
 
+def test_stage_workers_never_exceed_the_blocks_of_the_stage():
+    models = [load_model("gpt-4o")]  # concurrency above 4
+    # 2 rows at 32 a block: one block, one worker; 65 rows: three blocks, so the two asked for.
+    assert stage_workers(2, models, blocks=1) == 1
+    assert stage_workers(2, models, blocks=3) == 2
+    assert stage_workers(4, models, blocks=3) == 3
+
+
 def test_plan_text_counts_calls_and_token_budget_per_model():
     models = [load_model("gpt-4o"), load_model("llama-3-3-70b-instruct")]
     todo = pd.DataFrame({"model": ["gpt-4o"] * 3 + ["llama-3-3-70b-instruct"] * 2})
