@@ -33,6 +33,11 @@ from serving.deploy import ensure
 from jobs.core.store import TableStore
 
 
+# How long a stage waits for all its workers before failing with Ray Data's message that the
+# cluster lacks the resources for them.
+WAIT_FOR_WORKERS_S = 600
+
+
 def stage_workers(requested: int, models: list, blocks: int | None = None) -> int:
     """Model-call workers, at most the smallest concurrency limit: each worker gets
     `limit // workers` (at least 1) of every model, which must not add up past the limit. Never
@@ -162,6 +167,9 @@ def run_stage(
     # Ray Data polls each map task's memory from a thread (psutil, every second): CPU the model
     # calls need on a small machine, for a figure that only feeds its autoscaler.
     ctx.memory_usage_poll_interval_s = None
+    # Calls start when every worker is up, not on the first one while the others still import:
+    # with one worker ahead, a short stage's rows crowd onto it (Ray's default starts at once).
+    ctx.wait_for_min_actors_s = WAIT_FOR_WORKERS_S
     sink_name = f"rowsink-{uuid.uuid4().hex[:12]}"
     sink = ray.remote(num_cpus=0)(RowSink).options(name=sink_name).remote()
     # Arrow blocks built here: `from_pandas` converts the frames in Ray tasks, which waits for a
