@@ -164,8 +164,8 @@ def run_stage(
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False  # ours below counts rows and failures, not blocks
     ctx.verbose_stats_logs = False
-    # Ray Data polls each map task's memory from a thread (psutil, every second): CPU the model
-    # calls need on a small machine, for a figure that only feeds its autoscaler.
+    # Ray Data starts a thread per map task that reads the worker's memory (psutil) every second,
+    # for a figure in its stats; on a 2-core machine the model calls need that CPU more.
     ctx.memory_usage_poll_interval_s = None
     # Calls start when every worker is up, not on the first one while the others still import:
     # with one worker ahead, a short stage's rows crowd onto it (Ray's default starts at once).
