@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from jobs.core.schemas import CALL_FIELDS, GENERATION_FIELDS, TURN_STRUCT, Table
-
-_RUN_FIELDS = [pa.field("run_id", pa.string()), pa.field("created_at", pa.timestamp("us", tz="UTC"))]
+from jobs.core.schemas import CALL_FIELDS, GENERATION_FIELDS, RUN_FIELDS, TURN_STRUCT, Table
 
 # Evaluator roles = the three scales' perspectives (the rubric files' `evaluator_role`).
 ROLE_CLIENT, ROLE_SUPERVISOR, ROLE_COUNSELOR = "client", "supervisor", "counselor"
@@ -62,7 +60,7 @@ CARDS = Table(
             pa.field("raw", pa.string()),          # the extractor's answer as written
             *CALL_FIELDS,                          # status ok | invalid | parse_error | error
             *GENERATION_FIELDS,
-            *_RUN_FIELDS,
+            *RUN_FIELDS,
         ]
     ),
 )
@@ -92,7 +90,7 @@ SESSIONS = Table(
             pa.field("stopped_at_round", pa.int32()),  # last completed round when status is error
             *CALL_FIELDS,                              # summed over the turns
             *GENERATION_FIELDS,                        # the counselor's sampling
-            *_RUN_FIELDS,
+            *RUN_FIELDS,
         ]
     ),
 )
@@ -122,7 +120,7 @@ ITERATIONS = Table(
             pa.field("raw", pa.string()),
             *CALL_FIELDS,
             *GENERATION_FIELDS,
-            *_RUN_FIELDS,
+            *RUN_FIELDS,
         ]
     ),
 )
@@ -142,7 +140,7 @@ RANKINGS = Table(
             pa.field("line", pa.int64()),                        # its line in the CSV
             pa.field("status", pa.string(), nullable=False),     # ok | invalid
             pa.field("error", pa.string()),
-            *_RUN_FIELDS,
+            *RUN_FIELDS,
         ]
     ),
 )
@@ -161,7 +159,7 @@ CARD_SELECTION = Table(
             pa.field("detail_chars", pa.int32()),              # length of its detailed description
             pa.field("rule", pa.string()),                     # card_selection: one_per_topic | all
             pa.field("reason", pa.string()),
-            *_RUN_FIELDS,
+            *RUN_FIELDS,
         ]
     ),
 )

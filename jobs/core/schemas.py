@@ -157,7 +157,8 @@ GENERATION_FIELDS = [
     pa.field("seed", pa.int64()),
 ]
 
-_RUN_FIELDS = [
+# Which run wrote a row, and when: the last two columns of every table.
+RUN_FIELDS = [
     pa.field("run_id", pa.string()),
     pa.field("created_at", pa.timestamp("us", tz="UTC")),
 ]
@@ -176,7 +177,7 @@ RESPONSES = Table(
             pa.field("reasoning", pa.string()),
             *CALL_FIELDS,
             *GENERATION_FIELDS,
-            *_RUN_FIELDS,
+            *RUN_FIELDS,
         ]
     ),
 )
@@ -201,7 +202,7 @@ CONTEXTS = Table(
             pa.field("labeler", pa.string()),
             pa.field("split", pa.string()),
             *CALL_FIELDS,
-            *_RUN_FIELDS,
+            *RUN_FIELDS,
         ]
     ),
 )
@@ -231,7 +232,7 @@ SCORES = Table(
             pa.field("raw", pa.string()),
             *CALL_FIELDS,
             *GENERATION_FIELDS,
-            *_RUN_FIELDS,
+            *RUN_FIELDS,
         ]
     ),
 )
@@ -285,7 +286,7 @@ TURNS = Table(
             pa.field("phase", pa.string()),
             pa.field("steps", pa.list_(TURN_STEP_STRUCT)),  # a revised turn's calls; null when not revised
             *CALL_FIELDS,                          # a revised turn: summed over its calls
-            *_RUN_FIELDS,
+            *RUN_FIELDS,
         ]
     ),
 )
@@ -308,7 +309,7 @@ DIALOGUES = Table(
             pa.field("stopped_at_turn", pa.int32()),  # last completed turn when ended_by is error
             *CALL_FIELDS,                             # summed over the turns; status/error of the dialogue
             *GENERATION_FIELDS,                       # the agent under test's sampling parameters
-            *_RUN_FIELDS,
+            *RUN_FIELDS,
         ]
     ),
 )  # one judge call (or one rating row) scores every item at once

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from jobs.core.schemas import Table
+from jobs.core.schemas import RUN_FIELDS, Table
 
 PROFILES = Table(
     name="profiles",
@@ -32,8 +32,7 @@ PROFILES = Table(
             pa.field("record", pa.string()),       # the ClientRecord as JSON (null when invalid)
             pa.field("status", pa.string(), nullable=False),  # ok | invalid
             pa.field("error", pa.string()),
-            pa.field("run_id", pa.string()),
-            pa.field("created_at", pa.timestamp("us", tz="UTC")),
+            *RUN_FIELDS,
         ]
     ),
 )
@@ -52,8 +51,7 @@ UTTERANCE_TOKENS = Table(
             pa.field("model", pa.string()),      # the agent that spoke
             pa.field("tokens", pa.int64()),      # tokens of the turn's cleaned text
             pa.field("tokenizer", pa.string()),  # the model file's `tokenizer`
-            pa.field("run_id", pa.string()),
-            pa.field("created_at", pa.timestamp("us", tz="UTC")),
+            *RUN_FIELDS,
         ]
     ),
 )
