@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
 
@@ -96,14 +97,21 @@ class GenerateStage(ChatStage):
 
 
 def plan_rows(contexts: pd.DataFrame, models: list[str], done: set[tuple[str, ...]]) -> pd.DataFrame:
-    """All (context, model) pairs not yet written, models interleaved so all progress together."""
-    rows = [
-        {"context_id": cid, "context": ctx, "model": m}
-        for cid, ctx in zip(contexts["context_id"], contexts["context"])
-        for m in models
-        if (cid, m) not in done
-    ]
-    return pd.DataFrame(rows, columns=["context_id", "context", "model"])
+    """All (context, model) pairs not yet written, models interleaved so all progress together.
+    Built column-wise (no dict per pair): at 100,000 pairs a list of row dicts was ~40 MB."""
+    ids = contexts["context_id"].to_numpy()
+    plan = pd.DataFrame({"context_id": np.repeat(ids, len(models)),
+                         "context": np.repeat(contexts["context"].to_numpy(), len(models)),
+                         "model": np.tile(np.asarray(models, dtype=object), len(ids))},
+                        columns=["context_id", "context", "model"])
+    if done:
+        keep = [(c, m) not in done for c, m in zip(plan["context_id"], plan["model"])]
+        plan = plan[keep].reset_index(drop=True)
+    return plan
+
+
+# Rows per contexts-table part written at once: the row dicts of one slice, not of the whole run.
+CONTEXT_SLICE = 10_000
 
 
 def write_contexts(run_dir: Path, contexts: pd.DataFrame, cfg: GenerateConfig) -> int:
@@ -113,13 +121,15 @@ def write_contexts(run_dir: Path, contexts: pd.DataFrame, cfg: GenerateConfig) -
     done = {k[0] for k in store.existing_keys()}
     new = contexts[~contexts["context_id"].isin(done)]
     now = datetime.now(timezone.utc)
-    store.append(rows_to_arrow(CONTEXTS, [{
-        "context_id": cid, "source": cfg.dataset.name, "source_id": cid, "sensitivity": cfg.dataset.sensitivity,
-        "context": ctx, "human_response": human if isinstance(human, str) else None,
-        "context_words": len(ctx.split()),
-        "response_words": len(human.split()) if isinstance(human, str) else None,
-        "status": STATUS_OK, "run_id": run_dir.name, "created_at": now,
-    } for cid, ctx, human in zip(new["context_id"], new["context"], new["human_response"])]))
+    for start in range(0, len(new), CONTEXT_SLICE):
+        part = new.iloc[start:start + CONTEXT_SLICE]
+        store.append(rows_to_arrow(CONTEXTS, [{
+            "context_id": cid, "source": cfg.dataset.name, "source_id": cid, "sensitivity": cfg.dataset.sensitivity,
+            "context": ctx, "human_response": human if isinstance(human, str) else None,
+            "context_words": len(ctx.split()),
+            "response_words": len(human.split()) if isinstance(human, str) else None,
+            "status": STATUS_OK, "run_id": run_dir.name, "created_at": now,
+        } for cid, ctx, human in zip(part["context_id"], part["context"], part["human_response"])]))
     return len(new)
 
 

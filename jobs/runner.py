@@ -31,6 +31,7 @@ from serving.capacity import plan_lines
 from serving.client import Endpoint
 from serving.deploy import ensure
 from jobs.core.store import TableStore
+from jobs.staged import StagedRows, Unstageable, remove_staged, stage_rows
 
 
 # How long a stage waits for all its workers before failing with Ray Data's message that the
@@ -172,50 +173,57 @@ def run_stage(
     ctx.wait_for_min_actors_s = WAIT_FOR_WORKERS_S
     sink_name = f"rowsink-{uuid.uuid4().hex[:12]}"
     sink = ray.remote(num_cpus=0)(RowSink).options(name=sink_name).remote()
-    # Arrow blocks built here: `from_pandas` converts the frames in Ray tasks, which waits for a
-    # worker to start and import pandas (~3 s of the run's start-up on 2 cores).
-    chunks = _chunks(rows, rows_per_task)
     # Each worker must hold enough batches to keep `rows_in_flight` calls open with spare rows
     # queued behind them; Ray Data submits up to 2 x max_concurrency tasks per actor.
     per_worker_rows = math.ceil(rows_in_flight / workers)
     max_concurrency = max(2, math.ceil(2 * per_worker_rows / rows_per_task))
-    with warnings.catch_warnings():
-        # `max_restarts` has no named parameter in Ray 2.60; its actor pool documents
-        # `map_batches(..., max_restarts=0)` as the way to disable restarts.
-        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
-        ds = _map_stage(ray, chunks, stage_cls, {**stage_kwargs, "sink_name": sink_name,
-                                                   "sink_every_s": min(flush_every_s, SINK_EVERY_S)}, workers,
-                        max_concurrency, worker_num_cpus)
-    with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar:
-        collector = Collector(store, sink, flush_every_s=flush_every_s, bar=bar, counter=_with_reasons(counter))
-        with collector.saving():
-            collector.start()
-            # The blocks carry no rows (they went to the sink): iterating drives the run.
-            for _ in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-                pass
+    source, staged = _source(ray, rows, rows_per_task, store.dir.parent, desc)
+    try:
+        with warnings.catch_warnings():
+            # `max_restarts` has no named parameter in Ray 2.60; its actor pool documents
+            # `map_batches(..., max_restarts=0)` as the way to disable restarts.
+            warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+            kwargs = {**stage_kwargs, "sink_name": sink_name, "sink_every_s": min(flush_every_s, SINK_EVERY_S)}
+            ds = _map_stage(ray, source, "pandas" if staged is None else "pyarrow", stage_cls, kwargs,
+                            workers, max_concurrency, worker_num_cpus)
+        with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar:
+            collector = Collector(store, sink, flush_every_s=flush_every_s, bar=bar, counter=_with_reasons(counter))
+            with collector.saving():
+                collector.start()
+                # The blocks carry no rows (they went to the sink): iterating drives the run.
+                for _ in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+                    pass
+    finally:
+        if staged is not None:
+            remove_staged(staged)
     ray.kill(sink)  # a named actor lives as long as its driver otherwise
     return StageResult(collector.counts["ok"], collector.counts["failed"], collector.failures, collector.saved)
 
 
-def _chunks(rows: pd.DataFrame, rows_per_task: int) -> list:
-    """Blocks of `rows_per_task` rows, as Arrow tables; as frames when a column mixes types that
-    Arrow cannot hold in one column (Ray Data's own fallback)."""
+def _source(ray: Any, rows: pd.DataFrame, rows_per_task: int, run_dir: Path, desc: str) -> tuple[Any, Path | None]:
+    """The stage's input as a Ray dataset of `rows_per_task`-row blocks, and the staged file.
+
+    Staged on disk and read by Ray Data's tasks (`jobs.staged`), so the driver's memory does not
+    grow with the rows; in memory (`from_pandas`) when a column mixes types Arrow cannot hold.
+    """
     try:
-        table = pa.Table.from_pandas(rows.reset_index(drop=True), preserve_index=False)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        return [rows.iloc[i : i + rows_per_task] for i in range(0, len(rows), rows_per_task)]
-    return [table.slice(i, rows_per_task) for i in range(0, len(rows), rows_per_task)]
+        path = stage_rows(rows, run_dir, desc, rows_per_task)
+    except Unstageable:
+        frames = [rows.iloc[i : i + rows_per_task] for i in range(0, len(rows), rows_per_task)]
+        return ray.data.from_pandas(frames), None
+    # num_cpus=0: a read takes milliseconds and must never wait behind the model-call workers
+    # and Serve replicas for a CPU slot (on 2 cores they hold them all).
+    return ray.data.read_datasource(StagedRows(path), num_cpus=0), path
 
 
-def _map_stage(ray: Any, chunks: list, stage_cls: type, kwargs: dict[str, Any], workers: int,
-               max_concurrency: int, worker_num_cpus: float) -> Any:
-    arrow = isinstance(chunks[0], pa.Table)
-    return (ray.data.from_arrow(chunks) if arrow else ray.data.from_pandas(chunks)).map_batches(
+def _map_stage(ray: Any, source: Any, batch_format: str, stage_cls: type, kwargs: dict[str, Any],
+               workers: int, max_concurrency: int, worker_num_cpus: float) -> Any:
+    return source.map_batches(
         with_sink(stage_cls),
         fn_constructor_kwargs=kwargs,
         batch_size=None,
         # Rows as dicts straight from Arrow (`to_pylist`), no frame per block.
-        batch_format="pyarrow" if arrow else "pandas",
+        batch_format=batch_format,
         compute=ray.data.ActorPoolStrategy(
             size=workers,
             max_concurrent_calls_per_actor=max_concurrency,

@@ -71,3 +71,15 @@ def test_a_key_the_server_repeats_is_never_written_or_printed(tmp_path, monkeypa
         for cell in df.astype(str).to_numpy().ravel():
             assert key not in str(cell)
     assert os.environ[KEY_ENV] == key
+
+
+def test_plan_is_every_context_model_pair_not_done_models_interleaved():
+    """Built column-wise now (issue 22: no dict per pair); the pairs and their order written out."""
+    from jobs.generate import plan_rows
+
+    contexts = pd.DataFrame({"context_id": ["a", "b", "c"], "context": ["A", "B", "C"]})
+    plan = plan_rows(contexts, ["m1", "m2"], done={("a", "m2"), ("c", "m1")})
+    assert list(plan.itertuples(index=False, name=None)) == [
+        ("a", "A", "m1"), ("b", "B", "m1"), ("b", "B", "m2"), ("c", "C", "m2")]
+    assert list(plan.index) == [0, 1, 2, 3]
+    assert plan_rows(contexts.iloc[:0], ["m1"], set()).columns.tolist() == ["context_id", "context", "model"]

@@ -50,17 +50,63 @@ def test_counts_carry_the_failure_reasons_and_a_pair_counter_gets_them_too():
     assert isinstance(pair, Counted) and tuple(pair) == (1, 0) and sum(pair.failures.counts.values()) == 2
 
 
-def test_blocks_are_arrow_tables_built_in_the_driver_and_frames_when_a_column_mixes_types():
-    """`ray.data.from_pandas` converted the frames in Ray tasks: ~3 s of start-up waiting for a
-    worker (issue 22). Blocks are Arrow tables now, of `rows_per_task` rows, the last one shorter."""
+def test_staged_rows_come_back_as_blocks_of_rows_per_task_in_order(tmp_path):
+    """The driver writes the planned rows to disk (a row group per block) and Ray Data's read
+    tasks return them: every row once, in order, blocks of `rows_per_task`, the last shorter
+    (issue 22: the driver no longer holds the blocks). Read here through the read tasks' own
+    functions, as a Ray worker would call them."""
     import pandas as pd
-    import pyarrow as pa
 
-    from jobs.runner import _chunks
+    from jobs.staged import GROUPS_PER_READ, STAGING_DIR, StagedRows, remove_staged, stage_rows
 
-    rows = pd.DataFrame({"context_id": [f"c{i}" for i in range(7)], "n": range(7)}).iloc[2:]  # an offset index
-    chunks = _chunks(rows, 2)
-    assert all(isinstance(c, pa.Table) for c in chunks) and [c.num_rows for c in chunks] == [2, 2, 1]
-    assert [r["context_id"] for c in chunks for r in c.to_pylist()] == ["c2", "c3", "c4", "c5", "c6"]
-    mixed = _chunks(pd.DataFrame({"x": [1, "a", None]}), 2)
-    assert all(isinstance(c, pd.DataFrame) for c in mixed) and [len(c) for c in mixed] == [2, 1]
+    n = 2 * GROUPS_PER_READ * 3 + 5  # 389: three read tasks, a short last block
+    assert GROUPS_PER_READ == 64
+    rows = pd.DataFrame({"context_id": [f"c{i}" for i in range(n + 2)], "n": range(n + 2),
+                         "note": [None, "x"] * ((n + 2) // 2) + [None] * ((n + 2) % 2)}).iloc[2:]  # offset index
+    path = stage_rows(rows, tmp_path, "generate", rows_per_task=3)
+    assert path.parent == tmp_path / STAGING_DIR
+    tasks = StagedRows(path).get_read_tasks(parallelism=1)
+    assert len(tasks) == 3  # 389 rows: 130 row groups of 3 rows (the last 2), 64 per read task
+    blocks = [b for t in tasks for b in t.read_fn()]
+    assert [b.num_rows for b in blocks] == [3] * (n // 3) + [n % 3]
+    assert sum(t.metadata.num_rows for t in tasks) == n
+    got = [r for b in blocks for r in b.to_pylist()]
+    assert [r["context_id"] for r in got] == [f"c{i}" for i in range(2, n + 2)]
+    assert [r["note"] for r in got[:4]] == [None, "x", None, "x"]
+    remove_staged(path)
+    assert not (tmp_path / STAGING_DIR).exists()
+
+
+def test_rows_arrow_cannot_type_are_not_staged(tmp_path):
+    import pandas as pd
+    import pytest
+
+    from jobs.staged import Unstageable, stage_rows
+
+    with pytest.raises(Unstageable):
+        stage_rows(pd.DataFrame({"x": [1, "a", None]}), tmp_path, "judge", rows_per_task=2)
+    assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_a_killed_runs_staged_file_is_removed_by_the_next_stage_a_live_ones_kept(tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    from jobs.staged import STAGING_DIR, stage_rows
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    folder = tmp_path / STAGING_DIR
+    folder.mkdir()
+    host = socket.gethostname()
+    dead = folder / f"generate@{host}@{int(gone.stdout)}@abc.parquet"
+    live = folder / f"judge@{host}@{os.getppid()}@def.parquet"  # our parent: alive
+    other_host = folder / f"judge@elsewhere.example@{int(gone.stdout)}@ghi.parquet"
+    for f in (dead, live, other_host):
+        f.write_bytes(b"x")
+    mine = stage_rows(pd.DataFrame({"x": [1, 2]}), tmp_path, "generate", rows_per_task=2)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([live.name, other_host.name, mine.name])

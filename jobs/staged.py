@@ -1,0 +1,128 @@
+"""A stage's planned rows, staged on disk and read back by Ray Data's own tasks.
+
+The driver writes the rows a stage will process to one Parquet file in slices, a row group per
+block of `rows_per_task` rows, and Ray Data reads the row groups back in read tasks on the
+driver's node. No block is built in, or put into the object store from, the driver: handing
+Ray Data a list of in-memory blocks (`ray.data.from_arrow`) made the driver hold every block and
+touch the object-store pages of all of them, ~1 KB a row (docs/benchmarks.md: driver memory by
+rows). The file lives in the run directory's `.staging/` and is removed when the stage ends (or,
+after a kill, by the next stage on the same host).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from ray.data.block import BlockMetadata
+from ray.data.datasource import Datasource, ReadTask
+
+STAGING_DIR = ".staging"
+# Rows converted to Arrow at a time while staging (a multiple of any rows_per_task that divides it):
+# the driver never holds a second copy of more than this many rows.
+SLICE_ROWS = 8192
+# Row groups one read task turns into blocks; a few dozen read tasks even for 100,000 rows.
+GROUPS_PER_READ = 64
+
+
+class Unstageable(ValueError):
+    """The rows hold a column Arrow cannot type (mixed Python types): keep them in memory."""
+
+
+def stage_rows(rows: pd.DataFrame, run_dir: Path, desc: str, rows_per_task: int) -> Path:
+    """Write `rows` to `run_dir/.staging/<desc>-<id>.parquet`, one row group per `rows_per_task`
+    rows, converting `SLICE_ROWS` rows at a time under one schema inferred from all of them.
+
+    Raises:
+        Unstageable: a column mixes types Arrow cannot hold in one column.
+    """
+    rows = rows.reset_index(drop=True)
+    try:
+        schema = pa.Schema.from_pandas(rows, preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise Unstageable(str(exc)) from exc
+    folder = run_dir / STAGING_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    _remove_orphans(folder)
+    path = folder / f"{desc}@{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:12]}.parquet"
+    step = max(rows_per_task, SLICE_ROWS // rows_per_task * rows_per_task)
+    try:
+        with pq.ParquetWriter(path, schema, compression="none") as writer:
+            for start in range(0, len(rows), step):
+                part = pa.Table.from_pandas(rows.iloc[start:start + step], schema=schema, preserve_index=False)
+                writer.write_table(part, row_group_size=rows_per_task)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        path.unlink(missing_ok=True)
+        raise Unstageable(str(exc)) from exc
+    return path
+
+
+def _remove_orphans(folder: Path) -> None:
+    """Files staged by a process of this host that is gone (a killed run: its `finally` never ran)."""
+    host = socket.gethostname()
+    for f in folder.glob("*.parquet"):
+        parts = f.name.removesuffix(".parquet").rsplit("@", 3)  # desc@host@pid@id
+        if len(parts) != 4 or parts[1] != host or not parts[2].isdigit():
+            continue
+        try:
+            os.kill(int(parts[2]), 0)
+        except ProcessLookupError:
+            f.unlink(missing_ok=True)
+        except PermissionError:
+            pass  # alive, another user's
+
+
+def remove_staged(path: Path) -> None:
+    """The staged file, and its folder once empty."""
+    path.unlink(missing_ok=True)
+    try:
+        path.parent.rmdir()
+    except OSError:
+        pass  # another stage's file is still there
+
+
+class StagedRows(Datasource):
+    """Ray Data source over a staged file: one block per row group, `GROUPS_PER_READ` row groups
+    per read task (each yields its blocks one by one, so the map stage starts on the first)."""
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self.path = str(path)
+        meta = pq.ParquetFile(self.path).metadata
+        self.group_rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        self.group_bytes = [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]
+
+    def estimate_inmemory_data_size(self) -> int:
+        return sum(self.group_bytes)
+
+    @property
+    def supports_distributed_reads(self) -> bool:
+        return False  # the file is on the driver's disk
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
+                       data_context: Any = None) -> list[ReadTask]:
+        n = len(self.group_rows)
+        reads = max(1, math.ceil(n / GROUPS_PER_READ))
+        tasks = []
+        for r in range(reads):
+            groups = list(range(r * GROUPS_PER_READ, min(n, (r + 1) * GROUPS_PER_READ)))
+            meta = BlockMetadata(num_rows=sum(self.group_rows[g] for g in groups),
+                                 size_bytes=sum(self.group_bytes[g] for g in groups),
+                                 input_files=None, exec_stats=None)
+            tasks.append(ReadTask(_reader(self.path, groups), meta, per_task_row_limit=per_task_row_limit))
+        return tasks
+
+
+def _reader(path: str, groups: list[int]):
+    def read() -> Iterator[pa.Table]:
+        file = pq.ParquetFile(path)
+        for g in groups:
+            yield file.read_row_group(g)
+    return read
