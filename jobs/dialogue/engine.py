@@ -226,7 +226,11 @@ async def _one_turn(client: ChatClient, spec: DialogueSpec, params: GenerationPa
                     turns: list[dict[str, Any]], turn: int, labels: dict[str, str], sensitivity: str,
                     result: DialogueResult) -> dict[str, Any]:
     """One utterance, regenerated while it repeats one of the same agent's earlier ones (or is
-    empty), up to the rules' limit. Returns the turn row (status `error` when a call failed)."""
+    empty), up to the rules' limit. Returns the turn row (status `error` when a call failed).
+
+    A regeneration samples with the seed plus its number (`regenerations`): an engine that honors
+    a request's seed (vLLM, llama-server) answers the same messages with the same seed by the same
+    text, so an empty reply regenerated under the dialogue's seed came back empty every time."""
     rules = spec.rules
     agent = spec.agent(role)
     others = [labels[r] for r in spec.roles if r != role]
@@ -241,7 +245,9 @@ async def _one_turn(client: ChatClient, spec: DialogueSpec, params: GenerationPa
     while True:
         messages = build_messages(spec, role, turns, turn, notes)
         key = f"{spec.dialogue_id}#{turn}" + (f"/r{regenerations}" if regenerations else "")
-        res = await client.chat(agent.model, messages, params, sensitivity=sensitivity, request_key=key)
+        sampled = params if not regenerations or params.seed is None else \
+            params.model_copy(update={"seed": params.seed + regenerations})
+        res = await client.chat(agent.model, messages, sampled, sensitivity=sensitivity, request_key=key)
         result.calls += 1
         attempts += res.attempts
         prompt_tokens += res.prompt_tokens or 0

@@ -494,6 +494,7 @@ class FakeOpenAI:
                 "outcome": outcome,
                 "roles": [m.get("role") if isinstance(m, dict) else None for m in messages],
                 "response_format": body.get("response_format"),
+                "seed": body.get("seed"),
             }
             if self.script_path:
                 record["rule"] = found[0] if found is not None else None

@@ -64,6 +64,17 @@ def test_a_repeated_utterance_is_asked_again_with_a_note(tmp_path):
     assert out.iloc[0]["turns"][2]["text"] != out.iloc[0]["turns"][0]["text"]
 
 
+def test_a_regeneration_samples_with_the_next_seed(tmp_path):
+    """An engine that honors the seed (vLLM, llama-server) answers the same messages with the
+    same seed by the same text: the regeneration of an empty reply must not reuse the seed."""
+    with FakeServer() as fake:
+        ms = [model("a", fake.base_url, generation={"seed": 7}), model("b", fake.base_url)]
+        run(stage(ms, tmp_path), batch([spec(therapist="same words", max_turns=3)]))
+        sent = fake.log_lines()
+    assert [(s["request_key"].split("|")[1], s["seed"]) for s in sent] == [
+        ("a#1", 7), ("a#2", None), ("a#3", 7), ("a#3/r1", 8)]
+
+
 def test_both_agents_see_the_whole_history_and_the_fields(tmp_path):
     with FakeServer() as fake:
         ms = [model("a", fake.base_url), model("b", fake.base_url)]
