@@ -213,7 +213,9 @@ def _source(ray: Any, rows: pd.DataFrame, rows_per_task: int, run_dir: Path, des
         return ray.data.from_pandas(frames), None
     # num_cpus=0: a read takes milliseconds and must never wait behind the model-call workers
     # and Serve replicas for a CPU slot (on 2 cores they hold them all).
-    return ray.data.read_datasource(StagedRows(path), num_cpus=0), path
+    # One block per row group, as staged (`StagedRows.num_reads`: no split into smaller blocks).
+    staged = StagedRows(path)
+    return ray.data.read_datasource(staged, num_cpus=0, override_num_blocks=staged.num_reads), path
 
 
 def _map_stage(ray: Any, source: Any, batch_format: str, stage_cls: type, kwargs: dict[str, Any],

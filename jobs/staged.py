@@ -106,12 +106,20 @@ class StagedRows(Datasource):
     def supports_distributed_reads(self) -> bool:
         return False  # the file is on the driver's disk
 
+    @property
+    def num_reads(self) -> int:
+        """The read tasks this source makes: pass it as `read_datasource(override_num_blocks=...)`.
+        Left to detect its own parallelism, Ray Data splits every block of a source with fewer
+        read tasks than it wants (4 on 2 CPUs) into smaller ones: 64 dialogues staged as one
+        block of 64 reached the stage as 4 blocks of 16, and a worker that runs 2 blocks at a
+        time had 32 dialogues in flight instead of 64."""
+        return max(1, math.ceil(len(self.group_rows) / GROUPS_PER_READ))
+
     def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
                        data_context: Any = None) -> list[ReadTask]:
         n = len(self.group_rows)
-        reads = max(1, math.ceil(n / GROUPS_PER_READ))
         tasks = []
-        for r in range(reads):
+        for r in range(self.num_reads):
             groups = list(range(r * GROUPS_PER_READ, min(n, (r + 1) * GROUPS_PER_READ)))
             meta = BlockMetadata(num_rows=sum(self.group_rows[g] for g in groups),
                                  size_bytes=sum(self.group_bytes[g] for g in groups),
