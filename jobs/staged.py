@@ -1,8 +1,8 @@
 """A stage's planned rows, staged on disk and read back by Ray Data's own tasks.
 
 The driver writes the rows a stage will process to one Parquet file in slices, a row group per
-block of `rows_per_task` rows, and Ray Data reads the row groups back in read tasks on the
-driver's node. No block is built in, or put into the object store from, the driver: handing
+`rows_per_task` rows, and Ray Data reads the row groups back in read tasks on the driver's node
+(a block per row group for a stage of up to `MAX_READS` row groups, as the stage was planned). No block is built in, or put into the object store from, the driver: handing
 Ray Data a list of in-memory blocks (`ray.data.from_arrow`) made the driver hold every block and
 touch the object-store pages of all of them, ~1 KB a row (docs/benchmarks.md: driver memory by
 rows). The file lives in the run directory's `.staging/` and is removed when the stage ends (or,
@@ -28,8 +28,11 @@ STAGING_DIR = ".staging"
 # Rows converted to Arrow at a time while staging (a multiple of any rows_per_task that divides it):
 # the driver never holds a second copy of more than this many rows.
 SLICE_ROWS = 8192
-# Row groups one read task turns into blocks; a few dozen read tasks even for 100,000 rows.
-GROUPS_PER_READ = 64
+# Read tasks at most: up to this many row groups, one read task (one block) each, as the stage
+# was planned; beyond, contiguous runs of row groups per task (a few dozen tasks even for
+# 100,000 rows). Ray Data joins what one read task yields into one block (up to its target
+# block size), so read tasks, not row groups, are the blocks the model-call workers share.
+MAX_READS = 64
 
 
 class Unstageable(ValueError):
@@ -89,8 +92,9 @@ def remove_staged(path: Path) -> None:
 
 
 class StagedRows(Datasource):
-    """Ray Data source over a staged file: one block per row group, `GROUPS_PER_READ` row groups
-    per read task (each yields its blocks one by one, so the map stage starts on the first)."""
+    """Ray Data source over a staged file: a read task per row group up to `MAX_READS` row
+    groups, else `MAX_READS` read tasks of contiguous row groups (each yields its row groups one
+    by one; Ray Data joins them into the task's block)."""
 
     def __init__(self, path: Path):
         super().__init__()
@@ -113,14 +117,15 @@ class StagedRows(Datasource):
         read tasks than it wants (4 on 2 CPUs) into smaller ones: 64 dialogues staged as one
         block of 64 reached the stage as 4 blocks of 16, and a worker that runs 2 blocks at a
         time had 32 dialogues in flight instead of 64."""
-        return max(1, math.ceil(len(self.group_rows) / GROUPS_PER_READ))
+        return max(1, min(len(self.group_rows), MAX_READS))
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
                        data_context: Any = None) -> list[ReadTask]:
-        n = len(self.group_rows)
+        n, reads = len(self.group_rows), self.num_reads
+        bounds = [n * r // reads for r in range(reads + 1)]  # contiguous, sizes differ by one at most
         tasks = []
-        for r in range(self.num_reads):
-            groups = list(range(r * GROUPS_PER_READ, min(n, (r + 1) * GROUPS_PER_READ)))
+        for r in range(reads):
+            groups = list(range(bounds[r], bounds[r + 1]))
             meta = BlockMetadata(num_rows=sum(self.group_rows[g] for g in groups),
                                  size_bytes=sum(self.group_bytes[g] for g in groups),
                                  input_files=None, exec_stats=None)

@@ -107,14 +107,17 @@ def test_sigkill_halfway_then_resume_gives_one_row_per_key_and_resends_nothing_w
     assert resent == [], f"{len(resent)} calls re-sent for rows already written"
 
 
-def test_a_stage_of_one_block_has_all_its_rows_in_flight_at_once(tmp_path):
-    """64 contexts as one block of 64 at concurrency 64: the endpoint sees 64 calls open together.
-    Ray Data used to split a staged block into 4 of 16 (its read parallelism on 2 CPUs), and the
-    one worker, running 2 blocks at a time, had 32 in flight."""
+@pytest.mark.parametrize("rows_per_task", [64, 32])
+def test_a_small_stage_has_all_its_rows_in_flight_at_once(tmp_path, rows_per_task):
+    """64 contexts at concurrency 64, as one block of 64 (one worker) or two of 32 (the two stage
+    workers of the embedded cluster, 32 calls each): the endpoint sees 64 calls open together.
+    Ray Data used to split a staged block of 64 into 4 of 16, of which the one worker ran 2 at a
+    time, and to join two staged blocks of 32 into one, which only one of two workers got: 32 in
+    flight either way."""
     csv = _contexts_csv(tmp_path / "contexts.csv", 64)
     with FakeServer(latency=1.5) as server:
         models = write_model_dir(tmp_path / "models", "wide", server.base_url, concurrency=64)
         run_job("jobs.generate", f"hydra.searchpath=[file://{models}]", "models=[wide]",
-                f"run_dir={tmp_path / 'run'}", "rows_per_task=64", *_dataset_overrides(csv))
+                f"run_dir={tmp_path / 'run'}", f"rows_per_task={rows_per_task}", *_dataset_overrides(csv))
         stats = server.stats()
     assert stats["requests"] == 64 and stats["max_in_flight"] == 64, stats

@@ -50,31 +50,37 @@ def test_counts_carry_the_failure_reasons_and_a_pair_counter_gets_them_too():
     assert isinstance(pair, Counted) and tuple(pair) == (1, 0) and sum(pair.failures.counts.values()) == 2
 
 
-def test_staged_rows_come_back_as_blocks_of_rows_per_task_in_order(tmp_path):
-    """The driver writes the planned rows to disk (a row group per block) and Ray Data's read
-    tasks return them: every row once, in order, blocks of `rows_per_task`, the last shorter
-    (issue 22: the driver no longer holds the blocks). Read here through the read tasks' own
-    functions, as a Ray worker would call them."""
+def test_staged_rows_come_back_in_row_groups_of_rows_per_task_in_order(tmp_path):
+    """The driver writes the planned rows to disk (a row group per `rows_per_task` rows) and Ray
+    Data's read tasks return them: every row once, in order, the last group shorter (issue 22:
+    the driver no longer holds the blocks); at most 64 read tasks of contiguous groups, one group
+    each when there are fewer. Read here through the read tasks' own functions, as a Ray worker
+    would call them."""
     import pandas as pd
 
-    from jobs.staged import GROUPS_PER_READ, STAGING_DIR, StagedRows, remove_staged, stage_rows
+    from jobs.staged import STAGING_DIR, StagedRows, remove_staged, stage_rows
 
-    n = 2 * GROUPS_PER_READ * 3 + 5  # 389: three read tasks, a short last block
-    assert GROUPS_PER_READ == 64
+    n = 389  # 130 row groups of 3 rows, the last of 2
     rows = pd.DataFrame({"context_id": [f"c{i}" for i in range(n + 2)], "n": range(n + 2),
                          "note": [None, "x"] * ((n + 2) // 2) + [None] * ((n + 2) % 2)}).iloc[2:]  # offset index
     path = stage_rows(rows, tmp_path, "generate", rows_per_task=3)
     assert path.parent == tmp_path / STAGING_DIR
     tasks = StagedRows(path).get_read_tasks(parallelism=1)
-    assert len(tasks) == 3  # 389 rows: 130 row groups of 3 rows (the last 2), 64 per read task
+    # 130 groups over 64 tasks: 2 groups each, 3 where 130 * r // 64 steps by 3 (2 of them).
+    per_task = [len(list(t.read_fn())) for t in tasks]
+    assert len(tasks) == 64 and sorted(set(per_task)) == [2, 3] and sum(per_task) == 130
     blocks = [b for t in tasks for b in t.read_fn()]
     assert [b.num_rows for b in blocks] == [3] * (n // 3) + [n % 3]
+    assert [t.metadata.num_rows for t in tasks] == [sum(b.num_rows for b in t.read_fn()) for t in tasks]
     assert sum(t.metadata.num_rows for t in tasks) == n
     got = [r for b in blocks for r in b.to_pylist()]
     assert [r["context_id"] for r in got] == [f"c{i}" for i in range(2, n + 2)]
     assert [r["note"] for r in got[:4]] == [None, "x", None, "x"]
     remove_staged(path)
     assert not (tmp_path / STAGING_DIR).exists()
+
+    few = stage_rows(pd.DataFrame({"context_id": [f"d{i}" for i in range(64)]}), tmp_path, "dialogues", 32)
+    assert [t.metadata.num_rows for t in StagedRows(few).get_read_tasks(parallelism=1)] == [32, 32]
 
 
 def test_rows_arrow_cannot_type_are_not_staged(tmp_path):
