@@ -24,7 +24,7 @@ import logging
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import hydra
 import numpy as np
@@ -39,6 +39,7 @@ from jobs.runner import plan_text, run_model_stage
 from jobs.core.callfields import call_fields, generation_fields
 from jobs.core.schemas import CONTEXTS, HUMAN_RESPONDER, RESPONSES, STATUS_ERROR, STATUS_OK, rows_to_arrow
 from jobs.stage import ChatStage
+from jobs.staged import Staged, Unstageable, remove_staged, stage_rows
 from jobs.core.store import TableStore
 from jobs.core.modelconfig import GenerationParams
 from jobs.core.configfiles import load_model
@@ -184,8 +185,20 @@ def split_too_long(todo: pd.DataFrame, models: list, cfg: GenerateConfig,
     return todo.iloc[keep].reset_index(drop=True), rows, warnings
 
 
-def run(cfg: GenerateConfig) -> int:
-    models = [load_model(name) for name in cfg.models]
+class Planned(NamedTuple):
+    """What `plan` leaves for the stage: the rows to send (staged on disk when they can be), the
+    error rows of contexts too long for their model, and the responses table."""
+
+    todo: pd.DataFrame | Staged
+    too_long_rows: list[dict[str, Any]]
+    store: TableStore
+
+
+def plan(cfg: GenerateConfig, models: list) -> Planned | int:
+    """Steps 1-4 of the method: read, check, write the contexts, skip what is done, mark what is
+    too long, and stage the rest on disk. Returns an exit code when there is nothing to send
+    (or on a dry run). Its frames of contexts and plan end with it, before Ray starts, so the
+    driver holds no input rows while the stage runs (issue 22: driver memory by rows)."""
     contexts, report = read_contexts(cfg.dataset)
     run_dir = Path(cfg.run_dir)
     # What decides the rows: refused before anything is written when the run started on others.
@@ -229,23 +242,41 @@ def run(cfg: GenerateConfig) -> int:
     if cfg.dry_run:
         print(plan_text(models, todo, cfg.generation), flush=True)
         return 0
+    if todo.empty and not too_long_rows:
+        return 0
+    if not todo.empty:
+        try:
+            return Planned(Staged(stage_rows(todo, run_dir, "generate", cfg.rows_per_task), len(todo)),
+                           too_long_rows, store)
+        except Unstageable:
+            pass  # a column Arrow cannot type: the stage keeps the rows in memory
+    return Planned(todo, too_long_rows, store)
+
+
+def run(cfg: GenerateConfig) -> int:
+    models = [load_model(name) for name in cfg.models]
+    planned = plan(cfg, models)
+    if isinstance(planned, int):
+        return planned
+    todo, too_long_rows, store = planned
     failures = FailureSummary()
     for r in too_long_rows:
         failures.add(STATUS_ERROR, r["error"])
     store.append(too_long_rows)
-    if todo.empty and not too_long_rows:
-        return 0
-
     counts = {"ok": 0, "failed": 0}
-    if not todo.empty:
-        counts = run_model_stage(
-            todo, models, GenerateStage,
-            dict(system=cfg.prompt.system_text(), user_template=cfg.prompt.user_text(),
-                 prompt_version=cfg.prompt.version, generation_overrides=cfg.generation.as_dict(),
-                 dataset=cfg.dataset.name, run_id=run_dir.name),
-            store, sensitivity=cfg.dataset.sensitivity, run=cfg, desc="generate",
-        )
-        failures.update(counts.failures)
+    try:
+        if len(todo):
+            counts = run_model_stage(
+                todo, models, GenerateStage,
+                dict(system=cfg.prompt.system_text(), user_template=cfg.prompt.user_text(),
+                     prompt_version=cfg.prompt.version, generation_overrides=cfg.generation.as_dict(),
+                     dataset=cfg.dataset.name, run_id=Path(cfg.run_dir).name),
+                store, sensitivity=cfg.dataset.sensitivity, run=cfg, desc="generate",
+            )
+            failures.update(counts.failures)
+    finally:
+        if isinstance(todo, Staged):
+            remove_staged(todo.path)  # the stage removes it too; not when it failed to start
     return summarize("generate", counts["ok"], counts["failed"] + len(too_long_rows), failures,
                      cfg.max_failed_fraction, "responses", store.dir)
 

@@ -31,7 +31,7 @@ from serving.capacity import plan_lines
 from serving.client import Endpoint
 from serving.deploy import ensure
 from jobs.core.store import TableStore
-from jobs.staged import StagedRows, Unstageable, remove_staged, stage_rows
+from jobs.staged import Staged, StagedRows, Unstageable, remove_staged, stage_rows
 
 
 # How long a stage waits for all its workers before failing with Ray Data's message that the
@@ -77,7 +77,7 @@ def plan_text(models: list, todo: pd.DataFrame, overrides: Any) -> str:
 
 
 def run_model_stage(
-    rows: pd.DataFrame,
+    rows: pd.DataFrame | Staged,
     models: list,
     stage_cls: type,
     stage_kwargs: dict[str, Any],
@@ -93,7 +93,8 @@ def run_model_stage(
     concurrency limit split across the workers.
 
     `run` is the job's `RunConfig` (cluster, serving, rows per task, flush interval, verbosity);
-    Ray's logs go to the run directory unless `run.verbose`.
+    Ray's logs go to the run directory unless `run.verbose`. `rows` staged ahead (`Staged`) are
+    read from disk by Ray Data (their file is removed when the stage ends).
     """
     # Before Ray starts: a missing key (exit 2) or an API that does not answer (exit 1) stops
     # the run in seconds. Our own Serve endpoints: `ensure` waits until they answer.
@@ -105,7 +106,10 @@ def run_model_stage(
         endpoints = {m.name: Endpoint(m, m.base_url) for m in models}
         kwargs = dict(endpoints=endpoints_to_spec(endpoints), concurrency_share=1.0, sensitivity=sensitivity,
                       **stage_kwargs)
-        done = run_inline(rows, stage_cls, kwargs, store, flush_every_s=run.flush_every_s, desc=desc,
+        frame = rows.frame() if isinstance(rows, Staged) else rows
+        if isinstance(rows, Staged):
+            remove_staged(rows.path)
+        done = run_inline(frame, stage_cls, kwargs, store, flush_every_s=run.flush_every_s, desc=desc,
                           counter=_with_reasons(counter))
         return StageResult(done.counts["ok"], done.counts["failed"], done.failures, done.saved)
     print(connect(run.cluster, verbose=run.verbose, log_dir=Path(run.run_dir)), flush=True)
@@ -135,7 +139,7 @@ class StageResult(dict):
 
 
 def run_stage(
-    rows: pd.DataFrame,
+    rows: pd.DataFrame | Staged,
     stage_cls: type,
     stage_kwargs: dict[str, Any],
     store: TableStore,
@@ -160,7 +164,9 @@ def run_stage(
     import ray
     import ray.data
 
-    if rows.empty:
+    if len(rows) == 0:
+        if isinstance(rows, Staged):
+            remove_staged(rows.path)
         return StageResult()
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False  # ours below counts rows and failures, not blocks
@@ -200,22 +206,27 @@ def run_stage(
     return StageResult(collector.counts["ok"], collector.counts["failed"], collector.failures, collector.saved)
 
 
-def _source(ray: Any, rows: pd.DataFrame, rows_per_task: int, run_dir: Path, desc: str) -> tuple[Any, Path | None]:
+def _source(ray: Any, rows: pd.DataFrame | Staged, rows_per_task: int, run_dir: Path,
+            desc: str) -> tuple[Any, Path | None]:
     """The stage's input as a Ray dataset of `rows_per_task`-row blocks, and the staged file.
 
-    Staged on disk and read by Ray Data's tasks (`jobs.staged`), so the driver's memory does not
-    grow with the rows; in memory (`from_pandas`) when a column mixes types Arrow cannot hold.
+    Staged on disk (here, or by the job ahead: `Staged`) and read by Ray Data's tasks
+    (`jobs.staged`), so the driver's memory does not grow with the rows; in memory
+    (`from_pandas`) when a column mixes types Arrow cannot hold.
     """
     try:
-        path = stage_rows(rows, run_dir, desc, rows_per_task)
+        path = rows.path if isinstance(rows, Staged) else stage_rows(rows, run_dir, desc, rows_per_task)
     except Unstageable:
         frames = [rows.iloc[i : i + rows_per_task] for i in range(0, len(rows), rows_per_task)]
         return ray.data.from_pandas(frames), None
     # num_cpus=0: a read takes milliseconds and must never wait behind the model-call workers
-    # and Serve replicas for a CPU slot (on 2 cores they hold them all).
-    # One block per row group, as staged (`StagedRows.num_reads`: no split into smaller blocks).
+    # and Serve replicas for a CPU slot (on 2 cores they hold them all). concurrency=1: with no
+    # CPU to wait for, Ray starts a worker process per read task in flight (42 processes, a
+    # minute of imports on 2 cores, at 64 read tasks); one reader does them all in milliseconds.
+    # The source's own read tasks (`StagedRows.num_reads`): no split into smaller blocks.
     staged = StagedRows(path)
-    return ray.data.read_datasource(staged, num_cpus=0, override_num_blocks=staged.num_reads), path
+    return ray.data.read_datasource(staged, num_cpus=0, concurrency=1,
+                                    override_num_blocks=staged.num_reads), path
 
 
 def _map_stage(ray: Any, source: Any, batch_format: str, stage_cls: type, kwargs: dict[str, Any],

@@ -15,6 +15,7 @@ import math
 import os
 import socket
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -65,6 +66,23 @@ def stage_rows(rows: pd.DataFrame, run_dir: Path, desc: str, rows_per_task: int)
         path.unlink(missing_ok=True)
         raise Unstageable(str(exc)) from exc
     return path
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A stage's rows staged ahead by the job (`stage_rows`), so that the job drops its frames
+    of inputs and plan before Ray starts: what the driver holds while the stage runs then does
+    not grow with the rows. The stage reads them from `path` and removes it when it ends."""
+
+    path: Path
+    rows: int
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def frame(self) -> pd.DataFrame:
+        """The rows back in memory (the inline runner, which has no Ray Data to read them)."""
+        return pq.read_table(self.path).to_pandas()
 
 
 def _remove_orphans(folder: Path) -> None:

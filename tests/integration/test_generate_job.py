@@ -121,3 +121,4 @@ def test_a_small_stage_has_all_its_rows_in_flight_at_once(tmp_path, rows_per_tas
                 f"run_dir={tmp_path / 'run'}", f"rows_per_task={rows_per_task}", *_dataset_overrides(csv))
         stats = server.stats()
     assert stats["requests"] == 64 and stats["max_in_flight"] == 64, stats
+    assert not (tmp_path / "run" / ".staging").exists()  # the staged rows went with the stage

@@ -44,6 +44,7 @@ def test_inline_generate_writes_every_row_and_resumes(tmp_path):
         assert len(sent) == 12
         assert all(sum(f"since day {i}." in c for c in sent) == 1 for i in range(12))
         assert "ray" not in proc.stdout.lower()  # no Ray was started
+        assert not (tmp_path / "run" / ".staging").exists()  # the rows staged ahead, removed
         again = run_job("jobs.generate", *args(tmp_path / "run", models, csv, "fake1"), timeout=120)
         assert "12 already written, 0 to send" in again.stdout
         assert len(fake.log_lines()) == 12  # the re-run sent nothing
