@@ -106,8 +106,9 @@ def run_model_stage(
         endpoints = {m.name: Endpoint(m, m.base_url) for m in models}
         kwargs = dict(endpoints=endpoints_to_spec(endpoints), concurrency_share=1.0, sensitivity=sensitivity,
                       **stage_kwargs)
-        frame = rows.frame() if isinstance(rows, Staged) else rows
+        frame = rows
         if isinstance(rows, Staged):
+            frame = rows.frame()
             remove_staged(rows.path)
         done = run_inline(frame, stage_cls, kwargs, store, flush_every_s=run.flush_every_s, desc=desc,
                           counter=_with_reasons(counter))

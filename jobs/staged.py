@@ -2,10 +2,11 @@
 
 The driver writes the rows a stage will process to one Parquet file in slices, a row group per
 `rows_per_task` rows, and Ray Data reads the row groups back in read tasks on the driver's node
-(a block per row group for a stage of up to `MAX_READS` row groups, as the stage was planned). No block is built in, or put into the object store from, the driver: handing
-Ray Data a list of in-memory blocks (`ray.data.from_arrow`) made the driver hold every block and
-touch the object-store pages of all of them, ~1 KB a row (docs/benchmarks.md: driver memory by
-rows). The file lives in the run directory's `.staging/` and is removed when the stage ends (or,
+(a block per row group for a stage of up to `MAX_READS` row groups, as the stage was planned).
+No block is built in, or put into the object store from, the driver: handing Ray Data a list
+of in-memory blocks (`ray.data.from_arrow`) made the driver hold every block and touch the
+object-store pages of all of them, ~1 KB a row (docs/benchmarks.md: driver memory by rows). The
+file lives in the run directory's `.staging/` and is removed when the stage ends (or,
 after a kill, by the next stage on the same host).
 """
 
