@@ -29,6 +29,12 @@ class ClusterConfig(StrictModel):
         None, gt=0, description="Object store size of the embedded cluster (None: Ray's default)."
     )
     include_dashboard: bool = Field(False, description="Start the dashboard with the embedded cluster.")
+    worker_niceness: int = Field(
+        0, ge=0, le=19,
+        description="Unix niceness of the embedded cluster's workers. Ray's own default, 15, makes them yield "
+        "the CPU to every other process on the machine (a local model server, the job's driver), which "
+        "slowed the dialogue stage by about a tenth on 2 cores (docs/benchmarks.md, \"Dialogues\"); on a "
+        "machine the job owns the workers are the job. A cluster you join keeps its own setting.")
     namespace: str = Field("evalcluster", description="Ray namespace (Serve apps live in it).")
     internal_suffixes: list[str] = Field(
         default_factory=list,

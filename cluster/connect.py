@@ -48,6 +48,7 @@ def ray_init_kwargs(cfg: ClusterConfig, *, verbose: bool, address: str | None) -
         "num_cpus": cfg.num_cpus,
         "object_store_memory": int(cfg.object_store_memory_gb * 2**30) if cfg.object_store_memory_gb else None,
         "include_dashboard": cfg.include_dashboard,
+        "_system_config": {"worker_niceness": cfg.worker_niceness},
         "namespace": cfg.namespace,
         "runtime_env": {"env_vars": {"PYTHONPATH": pythonpath}},
         **logs,

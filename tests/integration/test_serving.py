@@ -99,3 +99,17 @@ def test_ensure_is_idempotent(hosted):
     ensure([model], cfg)
     after = serve.status().applications["gemma3-270m"].deployments["cpu-gemma3-270m"].replica_states
     assert before == after == {"RUNNING": 1}
+
+
+def test_the_embedded_clusters_workers_are_not_niced(hosted):
+    """Ray nices its workers to 15 unless told otherwise; the embedded cluster sets the config's
+    `worker_niceness` (0), read here from inside a worker."""
+    import os
+
+    import ray
+
+    @ray.remote(num_cpus=0)
+    def niceness() -> int:
+        return os.nice(0)
+
+    assert ray.get(niceness.remote()) == 0

@@ -121,3 +121,46 @@ def test_missing_api_key_is_a_row_not_a_crash(monkeypatch):
             "fake", [{"role": "user", "content": "x"}], sensitivity="public")
     result = asyncio.run(go())
     assert result.status == "error" and "EVALCLUSTER_TEST_KEY" in result.error
+
+
+def test_the_request_body_is_exactly_the_call_it_names():
+    """The body the endpoint receives, read raw off the wire (not through the SDK): the model's
+    served id, the messages as given, the sampling fields, the engine's `extra` fields at the top
+    level and the request key as a header; nothing else."""
+    from aiohttp import web
+
+    seen: list[tuple[dict, str | None]] = []
+
+    async def go():
+        async def handle(request: web.Request) -> web.Response:
+            seen.append((await request.json(), request.headers.get("X-Request-Key")))
+            return web.json_response({
+                "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": "fine"}}],
+                "usage": {"prompt_tokens": 7, "completion_tokens": 1, "total_tokens": 8}})
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handle)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        model = _model(f"http://127.0.0.1:{port}/v1", source="org/served-name")
+        client = ChatClient({"fake": Endpoint(model, model.base_url)})
+        messages = [{"role": "system", "content": "be {brief}"}, {"role": "user", "content": "é\n\"quoted\""}]
+        try:
+            return await client.chat("fake", messages, GenerationParams(
+                temperature=0.3, top_p=0.9, max_tokens=5, seed=11, stop=["END"], extra={"cache_prompt": True}),
+                sensitivity="public", request_key="d1#2")
+        finally:
+            await client.aclose()
+            await runner.cleanup()
+
+    result = asyncio.run(go())
+    assert result.ok and result.content == "fine" and result.prompt_tokens == 7 and result.completion_tokens == 1
+    assert seen == [({"model": "org/served-name", "messages": [{"role": "system", "content": "be {brief}"},
+                                                                {"role": "user", "content": "é\n\"quoted\""}],
+                      "temperature": 0.3, "top_p": 0.9, "max_tokens": 5, "seed": 11, "stop": ["END"],
+                      "cache_prompt": True}, "d1#2")]
