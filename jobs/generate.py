@@ -20,6 +20,7 @@ the run directory alone, never the source dataset again.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 from datetime import datetime, timezone
@@ -29,17 +30,18 @@ from typing import Any, NamedTuple
 import hydra
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from omegaconf import DictConfig
 
 from jobs.config import GenerateConfig, run_entrypoint
-from jobs.inputs import read_contexts
+from jobs.inputs import iter_contexts
 from jobs.core.preflight import FailureSummary, context_window, summarize, too_long
 from jobs.core.rundir import check_writable, file_fingerprint, record_inputs
 from jobs.runner import plan_text, run_model_stage
 from jobs.core.callfields import call_fields, generation_fields
 from jobs.core.schemas import CONTEXTS, HUMAN_RESPONDER, RESPONSES, STATUS_ERROR, STATUS_OK, rows_to_arrow
 from jobs.stage import ChatStage
-from jobs.staged import Staged, Unstageable, remove_staged, stage_rows
+from jobs.staged import Staged, StageWriter, remove_staged
 from jobs.core.store import TableStore
 from jobs.core.modelconfig import GenerationParams
 from jobs.core.configfiles import load_model
@@ -115,11 +117,14 @@ def plan_rows(contexts: pd.DataFrame, models: list[str], done: set[tuple[str, ..
 CONTEXT_SLICE = 10_000
 
 
-def write_contexts(run_dir: Path, contexts: pd.DataFrame, cfg: GenerateConfig) -> int:
+def write_contexts(run_dir: Path, contexts: pd.DataFrame, cfg: GenerateConfig, done: set[str] | None = None) -> int:
     """The contexts this run uses, into RUN_DIR/contexts/ (those not there yet): the run
-    directory then stands alone, and every later job reads its inputs from it."""
+    directory then stands alone, and every later job reads its inputs from it. `done`: the ids
+    already there, when the caller read them once for all its slices (a run's own contexts are
+    unique, so only those of earlier runs can be there)."""
     store = TableStore(run_dir, CONTEXTS, writer=True)
-    done = {k[0] for k in store.existing_keys()}
+    if done is None:
+        done = {k[0] for k in store.existing_keys()}
     new = contexts[~contexts["context_id"].isin(done)]
     now = datetime.now(timezone.utc)
     for start in range(0, len(new), CONTEXT_SLICE):
@@ -160,12 +165,13 @@ def write_human_rows(store: TableStore, contexts: pd.DataFrame, done: set, cfg: 
 
 
 def split_too_long(todo: pd.DataFrame, models: list, cfg: GenerateConfig,
-                   run_id: str) -> tuple[pd.DataFrame, list[dict[str, Any]], list[str]]:
+                   run_id: str) -> tuple[pd.DataFrame, list[dict[str, Any]], dict[str, int]]:
     """Rows whose prompt cannot fit the model's context window (estimated at `CHARS_PER_TOKEN`
-    characters per token, plus the answer's `max_tokens`) become error rows before any call."""
+    characters per token, plus the answer's `max_tokens`) become error rows before any call.
+    Returns the rows to send, the error rows and their count by model."""
     system, template = cfg.prompt.system_text() or "", cfg.prompt.user_text()
     by_name = {m.name: m for m in models}
-    keep, rows, warned = [], [], {}
+    keep, rows, counts = [], [], {}
     now = datetime.now(timezone.utc)
     for i, (cid, ctx, name) in enumerate(zip(todo["context_id"], todo["context"], todo["model"])):
         model = by_name[name]
@@ -174,32 +180,43 @@ def split_too_long(todo: pd.DataFrame, models: list, cfg: GenerateConfig,
         if reason is None:
             keep.append(i)
             continue
-        warned[name] = warned.get(name, 0) + 1
+        counts[name] = counts.get(name, 0) + 1
         rows.append({"context_id": cid, "model": name, "model_display": model.display_name,
                      "dataset": cfg.dataset.name, "prompt_version": cfg.prompt.version, "status": STATUS_ERROR,
                      "error": reason, "attempts": 0, "temperature": params.temperature, "top_p": params.top_p,
                      "max_tokens": params.max_tokens, "seed": params.seed, "run_id": run_id, "created_at": now})
-    warnings = [f"warning: {n} context(s) too long for {name} (context window {context_window(by_name[name]):,} "
-                f"tokens, estimated at 4 characters per token): written as error rows, not sent"
-                for name, n in warned.items()]
-    return todo.iloc[keep].reset_index(drop=True), rows, warnings
+    return todo.iloc[keep].reset_index(drop=True), rows, counts
+
+
+def too_long_warnings(counts: dict[str, int], models: list) -> list[str]:
+    by_name = {m.name: m for m in models}
+    return [f"warning: {n} context(s) too long for {name} (context window {context_window(by_name[name]):,} "
+            f"tokens, estimated at 4 characters per token): written as error rows, not sent"
+            for name, n in counts.items()]
 
 
 class Planned(NamedTuple):
-    """What `plan` leaves for the stage: the rows to send (staged on disk when they can be), the
+    """What `plan` leaves for the stage: the rows to send, staged on disk (None: none), the
     error rows of contexts too long for their model, and the responses table."""
 
-    todo: pd.DataFrame | Staged
+    todo: Staged | None
     too_long_rows: list[dict[str, Any]]
     store: TableStore
 
 
+# The staged rows' columns: ids, texts and model names are text (read_contexts makes them so).
+PLAN_SCHEMA = pa.schema([("context_id", pa.string()), ("context", pa.string()), ("model", pa.string())])
+
+
 def plan(cfg: GenerateConfig, models: list) -> Planned | int:
-    """Steps 1-4 of the method: read, check, write the contexts, skip what is done, mark what is
-    too long, and stage the rest on disk. Returns an exit code when there is nothing to send
-    (or on a dry run). Its frames of contexts and plan end with it, before Ray starts, so the
-    driver holds no input rows while the stage runs (issue 22: driver memory by rows)."""
-    contexts, report = read_contexts(cfg.dataset)
+    """Steps 1-4 of the method, a slice of contexts at a time (`jobs.inputs.iter_contexts`):
+    read, check, write the contexts, skip what is done, mark what is too long, and stage the
+    rest on disk. Returns an exit code when there is nothing to send (or on a dry run). The
+    driver holds one slice of the input at a time, and none once Ray starts (issue 22: driver
+    memory by rows)."""
+    slices, report = iter_contexts(cfg.dataset)
+    # The first slice before anything is written: a missing column or an unreadable file stops here.
+    first = next(slices, None)
     run_dir = Path(cfg.run_dir)
     # What decides the rows: refused before anything is written when the run started on others.
     grew = record_inputs(run_dir, "generate", decides={
@@ -208,49 +225,73 @@ def plan(cfg: GenerateConfig, models: list) -> Planned | int:
     }, may_grow={"models": list(cfg.models), "dataset.limit": cfg.dataset.limit,
                  "include_human": cfg.include_human, "dataset_path": str(cfg.dataset.resolved_path())},
         write=not cfg.dry_run)
-    report.write(run_dir / "input_report.json")
-    print(report.summary(), flush=True)
     for line in grew:
         print(f"run: {line}", flush=True)
-    if contexts.empty:
+    if first is None:
+        report.write(run_dir / "input_report.json")
+        print(report.summary(), flush=True)
         print(f"error: no usable rows in {report.file}; nothing to do", file=sys.stderr)
         return 2
     check_all(models, cfg.dataset.sensitivity, cfg.dataset.name)
     check_writable([run_dir / RESPONSES.name, run_dir / CONTEXTS.name])
 
     store = TableStore(run_dir, RESPONSES, writer=True)
-    if not cfg.dry_run:
-        write_contexts(run_dir, contexts, cfg)
-    if cfg.retry_failed and not cfg.dry_run:
-        planned = {(c, m) for c in contexts["context_id"]
-                   for m in [*cfg.models, *([HUMAN_RESPONDER] if cfg.include_human else [])]}
+    write = not cfg.dry_run
+    if cfg.retry_failed and write:
+        # The keys this run plans, before any is skipped as done: the ids of a second read of the
+        # input (only here), not its texts.
+        ids = [cid for part in iter_contexts(cfg.dataset)[0] for cid in part["context_id"]]
+        planned = {(c, m) for c in ids for m in [*cfg.models, *([HUMAN_RESPONDER] if cfg.include_human else [])]}
         dropped = store.drop_failed(planned)
+        del ids, planned
         if dropped:
             print(f"resume: {dropped} failed row(s) from an earlier run will be sent again", flush=True)
     done = store.existing_keys()
-    if cfg.include_human and not cfg.dry_run:
-        added = write_human_rows(store, contexts, done, cfg, run_dir.name)
-        if added:
-            print(f"human reference: {added} row(s) written as responder {HUMAN_RESPONDER!r}", flush=True)
-    todo = plan_rows(contexts, cfg.models, done)
-    total = len(contexts) * len(models)
-    print(f"generate: {total} (context, model) pairs, {total - len(todo)} already written, "
-          f"{len(todo)} to send", flush=True)
-    todo, too_long_rows, warnings = split_too_long(todo, models, cfg, run_dir.name)
-    for line in warnings:
+    contexts_n = human = to_send = 0
+    too_long_rows: list[dict[str, Any]] = []
+    too_long_counts: dict[str, int] = {}
+    sent_models: list[str] = []  # a dry run's plan: the model of each call, no texts
+    # The context ids of earlier runs, read once: re-read for every slice, they were most of the
+    # plan's memory growth at 100,000 rows.
+    had = {k[0] for k in TableStore(run_dir, CONTEXTS).existing_keys()} if write else set()
+    staging = StageWriter(run_dir, "generate", cfg.rows_per_task, PLAN_SCHEMA) if write else None
+    try:
+        for contexts in itertools.chain([first], slices):
+            contexts_n += len(contexts)
+            if write:
+                write_contexts(run_dir, contexts, cfg, had)
+                if cfg.include_human:
+                    human += write_human_rows(store, contexts, done, cfg, run_dir.name)
+            todo = plan_rows(contexts, cfg.models, done)
+            to_send += len(todo)
+            todo, rows, counts = split_too_long(todo, models, cfg, run_dir.name)
+            too_long_rows += rows
+            for name, n in counts.items():
+                too_long_counts[name] = too_long_counts.get(name, 0) + n
+            if staging is not None:
+                staging.write(todo)
+            else:
+                sent_models += list(todo["model"])
+        staged = staging.close() if staging is not None else None
+    except BaseException:
+        if staging is not None:
+            staging.abort()
+        raise
+    report.write(run_dir / "input_report.json")
+    print(report.summary(), flush=True)
+    if human:
+        print(f"human reference: {human} row(s) written as responder {HUMAN_RESPONDER!r}", flush=True)
+    total = contexts_n * len(models)
+    print(f"generate: {total} (context, model) pairs, {total - to_send} already written, "
+          f"{to_send} to send", flush=True)
+    for line in too_long_warnings(too_long_counts, models):
         print(line, file=sys.stderr, flush=True)
     if cfg.dry_run:
-        print(plan_text(models, todo, cfg.generation), flush=True)
+        print(plan_text(models, pd.DataFrame({"model": sent_models}), cfg.generation), flush=True)
         return 0
-    if todo.empty and not too_long_rows:
+    if staged is None and not too_long_rows:
         return 0
-    if not todo.empty:
-        try:
-            return Planned(Staged(stage_rows(todo, run_dir, "generate", cfg.rows_per_task), len(todo)),
-                           too_long_rows, store)
-        except Unstageable:
-            pass  # a column Arrow cannot type: the stage keeps the rows in memory
-    return Planned(todo, too_long_rows, store)
+    return Planned(staged, too_long_rows, store)
 
 
 def run(cfg: GenerateConfig) -> int:
@@ -265,7 +306,7 @@ def run(cfg: GenerateConfig) -> int:
     store.append(too_long_rows)
     counts = {"ok": 0, "failed": 0}
     try:
-        if len(todo):
+        if todo is not None:
             counts = run_model_stage(
                 todo, models, GenerateStage,
                 dict(system=cfg.prompt.system_text(), user_template=cfg.prompt.user_text(),
@@ -275,7 +316,7 @@ def run(cfg: GenerateConfig) -> int:
             )
             failures.update(counts.failures)
     finally:
-        if isinstance(todo, Staged):
+        if todo is not None:
             remove_staged(todo.path)  # the stage removes it too; not when it failed to start
     return summarize("generate", counts["ok"], counts["failed"] + len(too_long_rows), failures,
                      cfg.max_failed_fraction, "responses", store.dir)

@@ -9,21 +9,20 @@ editor shows it, its field and the reason, and the good rows go on.
 
 from __future__ import annotations
 
-import codecs
-import csv
-import io
+import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
 
 from jobs.config import ConfigError, DatasetConfig
+from jobs.records import Records, read_records
 
-# A byte the codec could not decode, kept by errors="surrogateescape" as U+DC80..U+DCFF: the
-# record that holds it is reported, the others are read (one bad byte must not reject a file).
-_UNDECODED = re.compile("[\udc80-\udcff]")
+# Contexts per slice handed out by `iter_contexts`: what a job holds of its input at once.
+SLICE_ROWS = 10_000
 # What a reason's count is grouped under: its text before the details (byte, column, message).
 _KIND_END = re.compile(r": | 0x| at (line|column) ")
 
@@ -99,200 +98,6 @@ def _check_file_sensitivity(path: Path, ds: DatasetConfig) -> None:
         )
 
 
-@dataclass
-class _Records:
-    """What a reader found: one frame row per record (empty for a record that could not be
-    read), the line each record starts on (None: the format has no lines), the known-bad ones."""
-
-    frame: pd.DataFrame
-    lines: list[int] | None = None
-    bad: dict[int, tuple[str, str]] = field(default_factory=dict)  # record index -> (field, reason)
-
-
-def _decode(path: Path, encoding: str) -> str:
-    data = path.read_bytes()
-    try:
-        text = data.decode(encoding, errors="surrogateescape")
-    except UnicodeDecodeError as exc:  # surrogateescape keeps bytes >= 0x80 only (e.g. not UTF-16 halves)
-        line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"{path}: cannot be decoded as {encoding} near line {line} ({exc.reason}); "
-                          "set dataset.encoding to the file's encoding") from exc
-    return text.removeprefix("\ufeff")  # a byte-order mark is not part of the first column's name
-
-
-def _label(encoding: str) -> str:
-    name = codecs.lookup(encoding).name
-    return "UTF-8" if name.startswith("utf-8") else name
-
-
-def _undecoded(lines: list[str], first_line: int, label: str) -> str | None:
-    """The reason for the first undecodable byte in a record's lines, with where it is."""
-    for k, text in enumerate(lines):
-        match = _UNDECODED.search(text)
-        if match:
-            where = f"column {match.start() + 1}" if k == 0 else f"line {first_line + k}, column {match.start() + 1}"
-            return f"invalid {label} byte 0x{ord(match.group()) - 0xDC00:02x} at {where}"
-    return None
-
-
-def _column_names(header: list[str]) -> list[str]:
-    """pandas' names for a CSV header: an empty name is `Unnamed: i`, a repeated one `name.1`."""
-    names: list[str] = []
-    for i, name in enumerate(header):
-        name = name or f"Unnamed: {i}"
-        base, n = name, 0
-        while name in names:
-            n += 1
-            name = f"{base}.{n}"
-        names.append(name)
-    return names
-
-
-def _unclosed_quote(lines: list[str]) -> bool:
-    """Whether a record read to the end of the file ended inside a quoted field (csv's lenient
-    mode returns it as one huge field; its strict mode says so)."""
-    try:
-        for _ in csv.reader(lines, strict=True):
-            pass
-    except csv.Error as exc:
-        return "unexpected end of data" in str(exc)
-    return False
-
-
-def _read_csv(path: Path, encoding: str) -> _Records:
-    # Python's csv module, not pandas': it tells which lines each record spans, so a bad record
-    # is reported at its line and skipped instead of rejecting the file. Values stay text, an
-    # empty field is "" and a short record is padded with "", as pandas' dtype=str read did.
-    # Decoded as read, not as one string (~40 MB of the driver's peak at 100,000 rows; issue 22).
-    label = _label(encoding)
-    pending: list[str] = []
-
-    def physical_lines():
-        with open(path, encoding=encoding, errors="surrogateescape", newline="") as fh:
-            for n, line in enumerate(fh):
-                pending.append(line.removeprefix("\ufeff") if n == 0 else line)  # a BOM is no column name
-                yield pending[-1]
-
-    reader = csv.reader(physical_lines())
-    header: list[str] | None = None
-    rows: list[list[str]] = []
-    out = _Records(pd.DataFrame(), lines=[])
-    last: list[str] = []
-    limit = csv.field_size_limit()
-    csv.field_size_limit(2**31 - 1)  # a context can be longer than the module's 128 KiB default
-    try:
-        for fields in reader:
-            raw, start = pending[:], reader.line_num - len(pending) + 1
-            pending.clear()
-            if not fields:
-                continue  # a blank line (pandas skips them too)
-            if header is None:
-                if reason := _undecoded(raw, start, label):
-                    raise ConfigError(f"{path}: the header (line {start}) has an {reason}; the file is not "
-                                      f"{label}: set dataset.encoding to its encoding (e.g. cp1252 or latin-1)")
-                header = _column_names(fields)
-                continue
-            i, last = len(rows), raw
-            out.lines.append(start)
-            if any(_UNDECODED.search(line) for line in raw) and any(_UNDECODED.search(f) for f in fields):
-                col = next(n for n, f in enumerate(fields) if _UNDECODED.search(f))
-                name = header[col] if col < len(header) else f"field {col + 1}"
-                out.bad[i] = (name, _undecoded(raw, start, label))
-                fields = [_UNDECODED.sub("\ufffd", f) for f in fields]  # printable in the report
-            elif len(fields) > len(header):
-                out.bad[i] = ("row", f"too many fields: {len(fields)}, the header has {len(header)}")
-            rows.append((fields + [""] * len(header))[: len(header)])
-        if rows and (len(rows) - 1) not in out.bad and _unclosed_quote(last):
-            out.bad[len(rows) - 1] = ("row", "unclosed quote: the record runs from this line to the end of "
-                                             f"the file (line {reader.line_num})")
-    except csv.Error as exc:
-        raise ConfigError(f"{path}: cannot be read as csv at line {reader.line_num}: {exc}") from exc
-    except UnicodeDecodeError as exc:  # surrogateescape keeps bytes >= 0x80 only (e.g. not UTF-16 halves)
-        raise ConfigError(f"{path}: cannot be decoded as {encoding} near line {reader.line_num + 1} "
-                          f"({exc.reason}); set dataset.encoding to the file's encoding") from exc
-    finally:
-        csv.field_size_limit(limit)
-    if header is None:
-        raise ConfigError(f"{path}: the file is empty (a CSV starts with a header line naming its columns)")
-    out.frame = pd.DataFrame(rows, columns=header, dtype=object)
-    return out
-
-
-def _jsonl(text: str, label: str) -> _Records:
-    # Line by line, so that one malformed line is a bad row and the others are read. Values keep
-    # their JSON types (an int id stays an int even when another line has none).
-    records: list[dict] = []
-    out = _Records(pd.DataFrame(), lines=[])
-    for n, line in enumerate(io.StringIO(text, newline=""), start=1):
-        if not line.strip():
-            continue
-        out.lines.append(n)
-        value = None
-        if reason := _undecoded([line], n, label):
-            out.bad[len(records)] = ("line", reason)
-        else:
-            try:
-                value = json.loads(line.rstrip("\r\n"))
-            except json.JSONDecodeError as exc:
-                out.bad[len(records)] = ("line", f"malformed JSON at column {exc.colno}: {exc.msg}")
-            else:
-                if not isinstance(value, dict):
-                    out.bad[len(records)] = ("line", f"not a JSON object ({type(value).__name__})")
-        records.append(value if isinstance(value, dict) else {})
-    out.frame = pd.DataFrame(records, dtype=object)
-    return out
-
-
-def _json(path: Path, encoding: str) -> _Records:
-    """A .json file is either one JSON array of records (Psych8k) or JSON Lines."""
-    text, label = _decode(path, encoding), _label(encoding)
-    if not text.lstrip().startswith("["):
-        return _jsonl(text, label)
-    try:
-        values = json.loads(text)
-    except json.JSONDecodeError as exc:
-        # An array is one value: a broken one has no records to keep.
-        raise ConfigError(f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
-    out = _Records(pd.DataFrame())
-    records = []
-    for i, value in enumerate(values):
-        if not isinstance(value, dict):
-            out.bad[i] = ("row", f"not a JSON object ({type(value).__name__})")
-            value = {}
-        else:
-            bad = [k for k, v in value.items() if isinstance(v, str) and _UNDECODED.search(v)]
-            if bad:
-                byte = ord(_UNDECODED.search(value[bad[0]]).group()) - 0xDC00
-                out.bad[i] = (str(bad[0]), f"invalid {label} byte 0x{byte:02x}")
-                value = {k: _UNDECODED.sub("\ufffd", v) if isinstance(v, str) else v for k, v in value.items()}
-        records.append(value)
-    out.frame = pd.DataFrame(records, dtype=object)
-    return out
-
-
-def _read_any(path: Path, fmt: str, encoding: str = "utf-8") -> _Records:
-    if fmt == "auto":
-        suffix = path.suffix.lower()
-        fmt = {".csv": "csv", ".jsonl": "jsonl", ".json": "json", ".parquet": "parquet"}.get(suffix, "")
-        if not fmt:
-            raise ConfigError(
-                f"{path}: cannot tell the format from the suffix {suffix!r}; set dataset.format "
-                "to csv, jsonl, json or parquet"
-            )
-    try:
-        if fmt == "csv":
-            return _read_csv(path, encoding)
-        if fmt == "jsonl":
-            return _jsonl(_decode(path, encoding), _label(encoding))
-        if fmt == "json":
-            return _json(path, encoding)
-        return _Records(pd.read_parquet(path))
-    except ConfigError:
-        raise
-    except (ValueError, OSError) as exc:
-        raise ConfigError(f"{path}: cannot be read as {fmt}: {exc}") from exc
-
-
 def _as_text(value) -> str | None:
     if isinstance(value, str):
         return value
@@ -315,49 +120,77 @@ def _as_id(value) -> str | None:
 
 
 def read_contexts(ds: DatasetConfig) -> tuple[pd.DataFrame, InputReport]:
-    """Return `(contexts, report)`; contexts has `context_id`, `context`, `human_response`."""
+    """Return `(contexts, report)`; contexts has `context_id`, `context`, `human_response`.
+    All of them in one frame: a job that can take them a slice at a time uses `iter_contexts`."""
+    slices, report = iter_contexts(ds)
+    frames = list(slices)
+    if not frames:
+        return pd.DataFrame({c: [] for c in COLUMNS}, columns=COLUMNS, dtype=object), report
+    return (frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)), report
+
+
+COLUMNS = ["context_id", "context", "human_response"]
+
+
+def iter_contexts(ds: DatasetConfig, slice_rows: int = SLICE_ROWS) -> tuple[Iterator[pd.DataFrame], InputReport]:
+    """The usable contexts as frames of at most `slice_rows` rows, read as they are iterated
+    (a CSV file a record at a time), and the report, complete once the frames are.
+
+    A missing file, an unreadable one or a CSV header that cannot be decoded raises
+    `ConfigError` here; a mapped column the file lacks raises it at the first readable record,
+    before any frame (a file none of whose records can be read reports each one instead)."""
     path = ds.resolved_path()
     if not path.is_file():
         raise ConfigError(
             f"dataset {ds.name!r}: file not found: {path} (set dataset.path; relative paths are "
             "from the repository root)"
         )
-    table = _read_any(path, ds.format, ds.encoding)
-    df = table.frame
-    if path.suffix.lower() == ".parquet" or ds.format == "parquet":
+    records = read_records(path, ds.format, ds.encoding)
+    parquet = path.suffix.lower() == ".parquet" or ds.format == "parquet"
+    if parquet:
         _check_file_sensitivity(path, ds)
+    report = InputReport(file=str(path), encoding=None if parquet else ds.encoding)
+    return _slices(ds, path, records, report, slice_rows), report
+
+
+def _check_columns(ds: DatasetConfig, path: Path, columns: list[str]) -> None:
     cols = ds.columns
     wanted = {"columns.id": cols.id, "columns.human_response": cols.human_response}
-    ctx_cols = [cols.context] if isinstance(cols.context, str) else list(cols.context)
-    for c in ctx_cols:
+    for c in [cols.context] if isinstance(cols.context, str) else list(cols.context):
         wanted[f"columns.context ({c})"] = c
-    readable = len(df) > len(table.bad) or not table.bad  # else every record is reported below
     for key, col in wanted.items():
-        if col is not None and col not in df.columns and readable:
+        if col is not None and col not in columns:
             raise ConfigError(
                 f"{path}: no column {col!r} for dataset.{key.split(' ')[0]}; the file has columns "
-                f"{list(map(str, df.columns))}. Set dataset.{key.split(' ')[0]} to one of them."
+                f"{list(map(str, columns))}. Set dataset.{key.split(' ')[0]} to one of them."
             )
 
-    text_file = not (path.suffix.lower() == ".parquet" or ds.format == "parquet")
-    report = InputReport(file=str(path), rows_read=len(df), encoding=ds.encoding if text_file else None)
-    out_cols: dict[str, list] = {"context_id": [], "context": [], "human_response": []}
-    seen: set[str] = set()
+
+def _slices(ds: DatasetConfig, path: Path, records: Records, report: InputReport,
+            slice_rows: int) -> Iterator[pd.DataFrame]:
+    cols = ds.columns
+    ctx_cols = [cols.context] if isinstance(cols.context, str) else list(cols.context)
+    out: dict[str, list] = {c: [] for c in COLUMNS}
+    usable = 0
+    checked = False
+    # Seen contexts by digest, not by text: the set stays small however long the file (issue 22).
+    seen: set[bytes] = set()
     seen_ids: set[str] = set()
-    # One row's dict at a time, not `to_dict("records")` (~35 MB of the peak at 100,000 rows).
-    names = list(df.columns)
-    rows = ((dict(zip(names, values)) for values in zip(*(df[c] for c in names))) if names
-            else ({} for _ in range(len(df))))  # records none of which could be read
-    for i, row in enumerate(rows, start=1):
-        line = table.lines[i - 1] if table.lines is not None else None
+    for i, (row, line, unreadable) in enumerate(records.rows, start=1):
+        report.rows_read += 1
+        if ds.limit is not None and usable >= ds.limit:
+            continue  # counted, as a whole read counted every record, but not looked at
 
         def bad(field: str, reason: str, cid: str | None = None) -> None:
             report.bad.append(BadRow(i, field, reason, cid, line))
 
-        if i - 1 in table.bad:  # a record the reader could not take apart (bytes, JSON, fields)
+        if unreadable is not None:  # a record the reader could not take apart (bytes, JSON, fields)
             cid = _as_id(row.get(cols.id)) if cols.id is not None else str(i)
-            bad(*table.bad[i - 1], cid or None)
+            bad(*unreadable, cid or None)
             continue
+        if not checked:
+            _check_columns(ds, path, records.columns)
+            checked = True
         if cols.id is not None:
             cid = _as_id(row.get(cols.id))
             if not cid:
@@ -384,15 +217,21 @@ def read_contexts(ds: DatasetConfig) -> tuple[pd.DataFrame, InputReport]:
         if cid in seen_ids:
             bad(cols.id or "row", "duplicate id", cid)
             continue
-        if ds.dedupe_on == "context" and context in seen:
+        digest = hashlib.blake2b(context.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        if ds.dedupe_on == "context" and digest in seen:
             bad(",".join(ctx_cols), "duplicate context", cid)
             continue
         seen_ids.add(cid)
-        seen.add(context)
+        seen.add(digest)
         human = row.get(cols.human_response) if cols.human_response else None
         for key, value in (("context_id", cid), ("context", context), ("human_response", _as_text(human))):
-            out_cols[key].append(value)
-        if ds.limit is not None and len(out_cols["context_id"]) >= ds.limit:
-            break
-    report.rows_ok = len(out_cols["context_id"])
-    return pd.DataFrame(out_cols, columns=list(out_cols), dtype=object), report
+            out[key].append(value)
+        usable += 1
+        report.rows_ok = usable
+        if len(out["context_id"]) >= slice_rows:
+            yield pd.DataFrame(out, columns=COLUMNS, dtype=object)
+            out = {c: [] for c in COLUMNS}
+    if not checked and not report.bad:  # no record at all: the mapping is still checked
+        _check_columns(ds, path, records.columns)
+    if out["context_id"]:
+        yield pd.DataFrame(out, columns=COLUMNS, dtype=object)

@@ -12,7 +12,6 @@ after a kill, by the next stage on the same host).
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import uuid
@@ -53,20 +52,62 @@ def stage_rows(rows: pd.DataFrame, run_dir: Path, desc: str, rows_per_task: int)
         schema = pa.Schema.from_pandas(rows, preserve_index=False)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
         raise Unstageable(str(exc)) from exc
-    folder = run_dir / STAGING_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    _remove_orphans(folder)
-    path = folder / f"{desc}@{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:12]}.parquet"
-    step = max(rows_per_task, SLICE_ROWS // rows_per_task * rows_per_task)
-    try:
-        with pq.ParquetWriter(path, schema, compression="none") as writer:
-            for start in range(0, len(rows), step):
-                part = pa.Table.from_pandas(rows.iloc[start:start + step], schema=schema, preserve_index=False)
-                writer.write_table(part, row_group_size=rows_per_task)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-        path.unlink(missing_ok=True)
-        raise Unstageable(str(exc)) from exc
-    return path
+    writer = StageWriter(run_dir, desc, rows_per_task, schema)
+    for start in range(0, len(rows), SLICE_ROWS):
+        writer.write(rows.iloc[start:start + SLICE_ROWS])
+    writer.close(keep_empty=True)
+    return writer.path
+
+
+class StageWriter:
+    """A stage's rows written into one staged file a slice at a time, so the job that plans
+    them never holds more than a slice: row groups of exactly `rows_per_task` rows whatever
+    the slices' sizes (the last one shorter), which the read tasks hand out as the stage's
+    blocks. The rows must fit `schema`."""
+
+    def __init__(self, run_dir: Path, desc: str, rows_per_task: int, schema: pa.Schema):
+        folder = run_dir / STAGING_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        _remove_orphans(folder)
+        self.path = folder / f"{desc}@{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:12]}.parquet"
+        self.rows_per_task = rows_per_task
+        self.schema = schema
+        self.rows = 0
+        self._held: pa.Table | None = None  # under rows_per_task rows, waiting for the next slice
+        self._writer = pq.ParquetWriter(self.path, schema, compression="none")
+
+    def write(self, frame: pd.DataFrame) -> None:
+        """Raises `Unstageable` (and removes the file) when a column does not fit the schema."""
+        try:
+            table = pa.Table.from_pandas(frame, schema=self.schema, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            self.abort()
+            raise Unstageable(str(exc)) from exc
+        if self._held is not None:
+            table = pa.concat_tables([self._held, table])
+        whole = table.num_rows // self.rows_per_task * self.rows_per_task
+        if whole:
+            self._writer.write_table(table.slice(0, whole), row_group_size=self.rows_per_task)
+        self._held = table.slice(whole) if whole < table.num_rows else None
+        self.rows += len(frame)
+
+    def close(self, keep_empty: bool = False) -> "Staged | None":
+        """The staged rows; None, and no file, when there were none (unless `keep_empty`)."""
+        if self._held is not None:
+            self._writer.write_table(self._held, row_group_size=self.rows_per_task)
+            self._held = None
+        self._writer.close()
+        if not self.rows and not keep_empty:
+            remove_staged(self.path)
+            return None
+        return Staged(self.path, self.rows)
+
+    def abort(self) -> None:
+        """Close and remove the file (a failed or interrupted plan)."""
+        try:
+            self._writer.close()
+        finally:
+            remove_staged(self.path)
 
 
 @dataclass(frozen=True)

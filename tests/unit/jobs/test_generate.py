@@ -4,6 +4,7 @@ that a server repeats in its errors never written or printed."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from pathlib import Path
@@ -84,3 +85,32 @@ def test_plan_is_every_context_model_pair_not_done_models_interleaved():
         ("a", "A", "m1"), ("b", "B", "m1"), ("b", "B", "m2"), ("c", "C", "m2")]
     assert list(plan.index) == [0, 1, 2, 3]
     assert plan_rows(contexts.iloc[:0], ["m1"], set()).columns.tolist() == ["context_id", "context", "model"]
+
+
+def test_contexts_over_several_slices_are_planned_once_and_deduplicated_across_them(tmp_path):
+    """The job reads and plans its input a slice at a time (`jobs.inputs.SLICE_ROWS`, 10,000
+    contexts): a file of 10,050 records crosses a slice boundary. A duplicate id or context in
+    the second slice of one in the first is still reported, at its own row and line, and every
+    other context is planned once (a dry run: the staging of slices is `test_staged.py`'s)."""
+    from jobs.inputs import SLICE_ROWS
+
+    n = SLICE_ROWS + 50
+    ids = [f"c{i}" for i in range(n)]
+    texts = [f"I cannot sleep since day {i}." for i in range(n)]
+    ids[SLICE_ROWS + 10] = "c3"            # a duplicate id, 10,007 records after its first
+    texts[SLICE_ROWS + 20] = texts[7]      # a duplicate context
+    csv = tmp_path / "c.csv"
+    pd.DataFrame({"id": ids, "text": texts}).to_csv(csv, index=False)
+    with FakeServer() as fake:
+        models = write_model_dir(tmp_path / "models", "fake1", fake.base_url)
+        proc = run_job("jobs.generate", *args(tmp_path / "run", models, csv, "fake1"), "dataset.dedupe_on=context",
+                       "dry_run=true", timeout=300)
+        assert fake.log_lines() == []
+    report = json.loads((tmp_path / "run" / "input_report.json").read_text())
+    assert report["rows_read"] == n and report["rows_ok"] == n - 2
+    assert [(b["row"], b["line"], b["reason"], b["id"]) for b in report["bad"]] == [
+        (SLICE_ROWS + 11, SLICE_ROWS + 12, "duplicate id", "c3"),
+        (SLICE_ROWS + 21, SLICE_ROWS + 22, "duplicate context", f"c{SLICE_ROWS + 20}")]
+    assert f"generate: {n - 2} (context, model) pairs, 0 already written, {n - 2} to send" in proc.stdout
+    assert any(line.split()[:2] == ["fake1", str(n - 2)] for line in proc.stdout.splitlines())  # the plan's calls
+    assert not list((tmp_path / "run").rglob("*.parquet"))  # nothing written, nothing staged
