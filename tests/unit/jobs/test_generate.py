@@ -88,8 +88,8 @@ def test_plan_is_every_context_model_pair_not_done_models_interleaved():
 
 
 def test_contexts_over_several_slices_are_planned_once_and_deduplicated_across_them(tmp_path):
-    """The job reads and plans its input a slice at a time (`jobs.inputs.SLICE_ROWS`, 10,000
-    contexts): a file of 10,050 records crosses a slice boundary. A duplicate id or context in
+    """The job reads and plans its input a slice at a time (`jobs.inputs.SLICE_ROWS` contexts): a
+    file of that many records and 50 more crosses a slice boundary. A duplicate id or context in
     the second slice of one in the first is still reported, at its own row and line, and every
     other context is planned once (a dry run: the staging of slices is `test_staged.py`'s)."""
     from jobs.inputs import SLICE_ROWS
@@ -97,7 +97,7 @@ def test_contexts_over_several_slices_are_planned_once_and_deduplicated_across_t
     n = SLICE_ROWS + 50
     ids = [f"c{i}" for i in range(n)]
     texts = [f"I cannot sleep since day {i}." for i in range(n)]
-    ids[SLICE_ROWS + 10] = "c3"            # a duplicate id, 10,007 records after its first
+    ids[SLICE_ROWS + 10] = "c3"            # a duplicate id, in the second slice
     texts[SLICE_ROWS + 20] = texts[7]      # a duplicate context
     csv = tmp_path / "c.csv"
     pd.DataFrame({"id": ids, "text": texts}).to_csv(csv, index=False)
