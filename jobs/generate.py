@@ -113,29 +113,21 @@ def plan_rows(contexts: pd.DataFrame, models: list[str], done: set[tuple[str, ..
     return plan
 
 
-# Rows per contexts-table part written at once: the row dicts of one slice, not of the whole run.
-CONTEXT_SLICE = 10_000
-
-
-def write_contexts(run_dir: Path, contexts: pd.DataFrame, cfg: GenerateConfig, done: set[str] | None = None) -> int:
-    """The contexts this run uses, into RUN_DIR/contexts/ (those not there yet): the run
-    directory then stands alone, and every later job reads its inputs from it. `done`: the ids
-    already there, when the caller read them once for all its slices (a run's own contexts are
-    unique, so only those of earlier runs can be there)."""
-    store = TableStore(run_dir, CONTEXTS, writer=True)
-    if done is None:
-        done = {k[0] for k in store.existing_keys()}
-    new = contexts[~contexts["context_id"].isin(done)]
+def write_contexts(store: TableStore, contexts: pd.DataFrame, cfg: GenerateConfig, had: set[str]) -> int:
+    """One slice's contexts into RUN_DIR/contexts/, those not there yet (`had`: the ids earlier
+    runs wrote, read once for every slice; a run's own contexts are unique): the run directory
+    then stands alone, and every later job reads its inputs from it."""
+    new = contexts[~contexts["context_id"].isin(had)]
+    if new.empty:
+        return 0
     now = datetime.now(timezone.utc)
-    for start in range(0, len(new), CONTEXT_SLICE):
-        part = new.iloc[start:start + CONTEXT_SLICE]
-        store.append(rows_to_arrow(CONTEXTS, [{
-            "context_id": cid, "source": cfg.dataset.name, "source_id": cid, "sensitivity": cfg.dataset.sensitivity,
-            "context": ctx, "human_response": human if isinstance(human, str) else None,
-            "context_words": len(ctx.split()),
-            "response_words": len(human.split()) if isinstance(human, str) else None,
-            "status": STATUS_OK, "run_id": run_dir.name, "created_at": now,
-        } for cid, ctx, human in zip(part["context_id"], part["context"], part["human_response"])]))
+    store.append(rows_to_arrow(CONTEXTS, [{
+        "context_id": cid, "source": cfg.dataset.name, "source_id": cid, "sensitivity": cfg.dataset.sensitivity,
+        "context": ctx, "human_response": human if isinstance(human, str) else None,
+        "context_words": len(ctx.split()),
+        "response_words": len(human.split()) if isinstance(human, str) else None,
+        "status": STATUS_OK, "run_id": store.dir.parent.name, "created_at": now,
+    } for cid, ctx, human in zip(new["context_id"], new["context"], new["human_response"])]))
     return len(new)
 
 
@@ -253,13 +245,14 @@ def plan(cfg: GenerateConfig, models: list) -> Planned | int:
     sent_models: list[str] = []  # a dry run's plan: the model of each call, no texts
     # The context ids of earlier runs, read once: re-read for every slice, they were most of the
     # plan's memory growth at 100,000 rows.
-    had = {k[0] for k in TableStore(run_dir, CONTEXTS).existing_keys()} if write else set()
+    contexts_store = TableStore(run_dir, CONTEXTS, writer=write)
+    had = {k[0] for k in contexts_store.existing_keys()} if write else set()
     staging = StageWriter(run_dir, "generate", cfg.rows_per_task, PLAN_SCHEMA) if write else None
     try:
         for contexts in itertools.chain([first], slices):
             contexts_n += len(contexts)
             if write:
-                write_contexts(run_dir, contexts, cfg, had)
+                write_contexts(contexts_store, contexts, cfg, had)
                 if cfg.include_human:
                     human += write_human_rows(store, contexts, done, cfg, run_dir.name)
             todo = plan_rows(contexts, cfg.models, done)

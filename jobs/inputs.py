@@ -120,6 +120,9 @@ def _as_id(value) -> str | None:
     return str(value).strip()
 
 
+COLUMNS = ["context_id", "context", "human_response"]
+
+
 def read_contexts(ds: DatasetConfig) -> tuple[pd.DataFrame, InputReport]:
     """Return `(contexts, report)`; contexts has `context_id`, `context`, `human_response`.
     All of them in one frame: a job that can take them a slice at a time uses `iter_contexts`."""
@@ -128,9 +131,6 @@ def read_contexts(ds: DatasetConfig) -> tuple[pd.DataFrame, InputReport]:
     if not frames:
         return pd.DataFrame({c: [] for c in COLUMNS}, columns=COLUMNS, dtype=object), report
     return (frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)), report
-
-
-COLUMNS = ["context_id", "context", "human_response"]
 
 
 def iter_contexts(ds: DatasetConfig, slice_rows: int = SLICE_ROWS) -> tuple[Iterator[pd.DataFrame], InputReport]:
