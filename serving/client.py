@@ -228,7 +228,7 @@ class ChatClient:
         params = params or ep.model.generation
         try:
             client = self._client(model)
-            from openai.types.chat import ChatCompletion  # imported once by `_client`
+            from openai.types.chat import ChatCompletion  # openai is imported lazily, by `_client`
         except Exception as exc:  # e.g. a missing API key: a row with the reason
             return ChatResult(status=STATUS_ERROR, error=_describe(exc))
         body: dict[str, Any] = {
