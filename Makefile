@@ -65,7 +65,8 @@ TORCH_INDEX ?=
 bench-gpu:
 	@command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { echo "error: make bench-gpu needs an NVIDIA GPU (nvidia-smi finds none)"; exit 2; }
 	@test -x $(VENV_GPU)/bin/python || $(PYTHON) -m venv $(VENV_GPU)
-	$(VENV_GPU)/bin/python -m pip install -q --upgrade pip
+	@# Offline (PIP_NO_INDEX=1 with a wheelhouse in PIP_FIND_LINKS): keep the venv's own pip.
+	$(if $(PIP_NO_INDEX),,$(VENV_GPU)/bin/python -m pip install -q --upgrade pip)
 	$(if $(TORCH_INDEX),$(VENV_GPU)/bin/python -m pip install -q "torch==$(TORCH_VERSION)" --index-url $(TORCH_INDEX))
 	$(VENV_GPU)/bin/python -m pip install -q "ray[llm,serve,data]==$(RAY_VERSION)"
 	PYTHON=$(VENV_GPU)/bin/python bash cluster/launcher/install_on_image.sh

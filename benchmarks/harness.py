@@ -28,7 +28,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow.dataset as pads
 import pyarrow.compute as pc
@@ -55,10 +55,11 @@ def env() -> dict[str, str]:
     return e
 
 
-def _vm_hwm_kb(pid: int) -> int | None:
+def _vm_kb(pid: int, field: str = "VmHWM") -> int | None:
+    """A `/proc/PID/status` memory figure in kB: the RSS high-water mark or the RSS now."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1])
     except OSError:
         return None
@@ -89,15 +90,21 @@ class _TreeWatch:
     """The driver's RSS high water and the CPU of the driver and every process under it (Ray's
     raylet, GCS and workers, which the driver does not reap), sampled while it runs."""
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, progress: Callable[[], int] | None = None):
         self.pid = pid
         self.cpu: dict[tuple[int, int], float] = {}  # (pid, start time) -> last CPU seconds seen
         self.peak_kb = 0
+        self.progress = progress
+        self.rss_by_progress: list[tuple[int, int]] = []  # (calls answered, driver RSS kB) over time
 
     def sample(self) -> None:
-        kb = _vm_hwm_kb(self.pid)
+        kb = _vm_kb(self.pid)
         if kb:
             self.peak_kb = max(self.peak_kb, kb)
+        if self.progress is not None:
+            done, now_kb = self.progress(), _vm_kb(self.pid, "VmRSS")
+            if now_kb:
+                self.rss_by_progress.append((done, now_kb))
         procs = _processes()
         children: dict[int, list[int]] = {}
         for pid, (ppid, _, _) in procs.items():
@@ -114,13 +121,15 @@ class _TreeWatch:
         return sum(self.cpu.values())
 
 
-def run_cli(module: str, overrides: list[str], log: Path, timeout_s: float = 900) -> dict[str, Any]:
-    """`python -m module overrides...` as a user runs it; its wall time, CPU and driver peak RSS."""
+def run_cli(module: str, overrides: list[str], log: Path, timeout_s: float = 900,
+            progress: Callable[[], int] | None = None) -> dict[str, Any]:
+    """`python -m module overrides...` as a user runs it; its wall time, CPU and driver peak RSS,
+    and, given `progress` (calls answered so far), the driver's RSS against it."""
     started = time.time()
     with open(log, "w", encoding="utf-8") as fh:
         proc = subprocess.Popen([sys.executable, "-m", module, *overrides], stdout=fh, stderr=subprocess.STDOUT,
                                 cwd=REPO, env=env())
-        tree = _TreeWatch(proc.pid)
+        tree = _TreeWatch(proc.pid, progress)
 
         def watch() -> None:
             while proc.poll() is None:
@@ -139,7 +148,19 @@ def run_cli(module: str, overrides: list[str], log: Path, timeout_s: float = 900
     if rc != 0:
         raise RuntimeError(f"python -m {module} exited {rc}; its output: {log}\n{log.read_text()[-3000:]}")
     return {"wall_s": wall, "started": started, "cpu_s": tree.cpu_s(),
-            "driver_peak_rss_mb": round(tree.peak_kb / 1024, 1) if tree.peak_kb else None}
+            "driver_peak_rss_mb": round(tree.peak_kb / 1024, 1) if tree.peak_kb else None,
+            "rss_by_progress": tree.rss_by_progress}
+
+
+def rss_at_fractions(samples: list[tuple[int, int]], total: int,
+                     fractions: tuple[float, ...] = (0.1, 0.5, 1.0)) -> dict[str, float | None]:
+    """The driver's RSS (MB) at the first sample where `fraction` of the `total` calls were
+    answered: flat memory means the same figure at 10%, 50% and 100% of a long run's calls."""
+    out: dict[str, float | None] = {}
+    for f in fractions:
+        hit = next((kb for done, kb in samples if done >= f * total), None)
+        out[f"{round(f * 100)}%"] = round(hit / 1024, 1) if hit is not None else None
+    return out
 
 
 def run_bare(base_url: str, requests: Path, concurrency: int) -> dict[str, Any]:

@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
 from benchmarks.endpoint import Endpoint
-from benchmarks.harness import MODEL, REPO, compare, created_span, machine, run_bare, run_cli, save, write_model_dir
+from benchmarks.harness import (MODEL, REPO, compare, created_span, machine, rss_at_fractions, run_bare, run_cli, save,
+                                write_model_dir)
 
 OUT = REPO / "docs" / "benchmarks" / "throughput.json"
 
@@ -48,16 +50,29 @@ def job(tmp: Path, n: int, concurrency: int, latency: float, with_bare: bool) ->
     record = tmp / "requests.jsonl"
     with Endpoint(latency=latency, record=record) as ep:
         models = write_model_dir(tmp / "conf", ep.base_url, concurrency)
-        run = run_cli("jobs.generate", generate_overrides(models, csv, tmp / "run"), tmp / "generate.log")
+        # The memory runs also follow the driver's RSS against the calls answered; the compared
+        # runs do not poll the endpoint while they are timed.
+        run = run_cli("jobs.generate", generate_overrides(models, csv, tmp / "run"), tmp / "generate.log",
+                      progress=None if with_bare else _answered(ep))
         sent = ep.stats()["requests"]
         rows, ok, span = created_span(tmp / "run" / "responses")
         if not rows == ok == sent == n:
             raise RuntimeError(f"generate: {rows} rows, {ok} ok, {sent} requests; expected {n} ({tmp / 'generate.log'})")
         if not with_bare:
             return {"calls": n, "job_wall_s": round(run["wall_s"], 2), "job_rps_sustained": round((n - 1) / span, 1),
-                    "driver_peak_rss_mb": run["driver_peak_rss_mb"]}
+                    "driver_peak_rss_mb": run["driver_peak_rss_mb"],
+                    "driver_rss_mb_at_calls": rss_at_fractions(run["rss_by_progress"], n)}
         bare = run_bare(ep.base_url, record, concurrency)
     return compare(n, run, span, bare)
+
+
+def _answered(ep: Endpoint) -> Callable[[], int]:
+    def answered() -> int:
+        try:
+            return int(ep.stats()["requests"])
+        except OSError:  # the endpoint busy or closing: this sample counts nothing
+            return -1
+    return answered
 
 
 def main() -> None:
@@ -84,7 +99,8 @@ def main() -> None:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             m = job(Path(tmp), n, args.concurrency[0], args.latency, with_bare=False)
-        memory.append({"rows": n, "driver_peak_rss_mb": m["driver_peak_rss_mb"], "job_wall_s": m["job_wall_s"]})
+        memory.append({"rows": n, "driver_peak_rss_mb": m["driver_peak_rss_mb"], "job_wall_s": m["job_wall_s"],
+                       "driver_rss_mb_at_calls": m["driver_rss_mb_at_calls"]})
     record["memory"] = sorted(memory, key=lambda m: m["rows"])
     if not args.no_save:
         save(OUT, record)
@@ -97,9 +113,11 @@ def main() -> None:
         print(f"| {r['concurrency']} | {r['calls']:,} | {r['bare_rps_sustained']:.0f} | {r['job_rps_sustained']:.0f} | "
               f"{r['job_rps_total']:.0f} | {r['ratio_sustained']:.2f} | {r['ratio_total']:.2f} | "
               f"{r['bare_cpu_ms_per_call']:.1f} / {r['job_cpu_ms_per_call']:.1f} | {r['driver_peak_rss_mb']:.0f} MB |")
-    print("\n| rows | driver peak RSS |\n|---:|---:|")
+    print("\n| rows | driver peak RSS | driver RSS at 10% / 50% / 100% of the calls |\n|---:|---:|---:|")
     for m in record["memory"]:
-        print(f"| {m['rows']:,} | {m['driver_peak_rss_mb']:.0f} MB |")
+        at = m.get("driver_rss_mb_at_calls") or {}
+        at_text = " / ".join("-" if at.get(k) is None else f"{at[k]:.0f}" for k in ("10%", "50%", "100%"))
+        print(f"| {m['rows']:,} | {m['driver_peak_rss_mb']:.0f} MB | {at_text} MB |")
 
 
 if __name__ == "__main__":

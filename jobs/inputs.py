@@ -9,7 +9,6 @@ editor shows it, its field and the reason, and the good rows go on.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -19,6 +18,7 @@ from typing import Iterator
 import pandas as pd
 
 from jobs.config import ConfigError, DatasetConfig
+from jobs.core.keyset import KeySet
 from jobs.records import Records, read_records
 
 # Contexts per slice handed out by `iter_contexts`: what a job holds of its input at once. The
@@ -174,9 +174,10 @@ def _slices(ds: DatasetConfig, path: Path, records: Records, report: InputReport
     out: dict[str, list] = {c: [] for c in COLUMNS}
     usable = 0
     checked = False
-    # Seen contexts by digest, not by text: the set stays small however long the file (issue 22).
-    seen: set[bytes] = set()
-    seen_ids: set[str] = set()
+    # Seen ids and contexts as digests (`KeySet`, ~17 bytes each), not as Python strings.
+    seen = KeySet()
+    seen_ids = KeySet()
+    dedupe = ds.dedupe_on == "context"
     for i, (row, line, unreadable) in enumerate(records.rows, start=1):
         report.rows_read += 1
         if ds.limit is not None and usable >= ds.limit:
@@ -218,12 +219,10 @@ def _slices(ds: DatasetConfig, path: Path, records: Records, report: InputReport
         if cid in seen_ids:
             bad(cols.id or "row", "duplicate id", cid)
             continue
-        digest = hashlib.blake2b(context.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-        if ds.dedupe_on == "context" and digest in seen:
+        if dedupe and not seen.add(context):
             bad(",".join(ctx_cols), "duplicate context", cid)
             continue
         seen_ids.add(cid)
-        seen.add(digest)
         human = row.get(cols.human_response) if cols.human_response else None
         for key, value in (("context_id", cid), ("context", context), ("human_response", _as_text(human))):
             out[key].append(value)

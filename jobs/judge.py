@@ -289,7 +289,7 @@ def judge_planned(cfg: Any, rubric: Rubric | list[Rubric], judges: list, planned
         if redo:
             store.drop(redo, SCORES_CALL_KEY)
             print(f"resume: {len(redo)} {desc} call(s) that failed or did not parse will be asked again", flush=True)
-    done = store.existing_keys(SCORES_CALL_KEY)
+    done = store.existing_key_set(SCORES_CALL_KEY)  # digests: a paper-scale resume holds 100,000s
     todo = planned[[k not in done for k in keys]].reset_index(drop=True)
     names = ", ".join(repr(r.name) for r in rubrics)
     print(f"{desc}: {len(todo)} judgment(s) to request from {len(judges)} judge(s) on rubric{'s' if len(rubrics) > 1 else ''} "
