@@ -1,18 +1,22 @@
 """A stage's planned rows, staged on disk and read back by Ray Data's own tasks.
 
-The driver writes the rows a stage will process to one Parquet file in slices, a row group per
+The driver writes the rows a stage will process to Parquet in slices, a row group per
 `rows_per_task` rows, and Ray Data reads the row groups back in read tasks on the driver's node
 (a block per row group for a stage of up to `MAX_READS` row groups, as the stage was planned).
+The staged rows are a folder of part files of `GROUPS_PER_PART` row groups each: a Parquet
+writer holds every group's metadata until it closes, ~6 KB a group (8-12 MB of the driver at
+100,000 rows in groups of 64, in one file), so no writer is kept open past one part.
 No block is built in, or put into the object store from, the driver: handing Ray Data a list
 of in-memory blocks (`ray.data.from_arrow`) made the driver hold every block and touch the
 object-store pages of all of them, ~1 KB a row (docs/benchmarks.md: driver memory by rows). The
-file lives in the run directory's `.staging/` and is removed when the stage ends (or,
+folder lives in the run directory's `.staging/` and is removed when the stage ends (or,
 after a kill, by the next stage on the same host).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import uuid
 from dataclasses import dataclass
@@ -34,6 +38,7 @@ SLICE_ROWS = 8192
 # 100,000 rows). Ray Data joins what one read task yields into one block (up to its target
 # block size), so read tasks, not row groups, are the blocks the model-call workers share.
 MAX_READS = 64
+GROUPS_PER_PART = 64
 
 
 class Unstageable(ValueError):
@@ -41,8 +46,9 @@ class Unstageable(ValueError):
 
 
 def stage_rows(rows: pd.DataFrame, run_dir: Path, desc: str, rows_per_task: int) -> Path:
-    """Write `rows` to `run_dir/.staging/<desc>-<id>.parquet`, one row group per `rows_per_task`
-    rows, converting `SLICE_ROWS` rows at a time under one schema inferred from all of them.
+    """Write `rows` to `run_dir/.staging/<desc>@<host>@<pid>@<id>.parquet/` (a folder of part
+    files), one row group per `rows_per_task` rows, converting `SLICE_ROWS` rows at a time under
+    one schema inferred from all of them.
 
     Raises:
         Unstageable: a column mixes types Arrow cannot hold in one column.
@@ -60,10 +66,10 @@ def stage_rows(rows: pd.DataFrame, run_dir: Path, desc: str, rows_per_task: int)
 
 
 class StageWriter:
-    """A stage's rows written into one staged file a slice at a time, so the job that plans
+    """A stage's rows written into one staged folder a slice at a time, so the job that plans
     them never holds more than a slice: row groups of exactly `rows_per_task` rows whatever
     the slices' sizes (the last one shorter), which the read tasks hand out as the stage's
-    blocks. The rows must fit `schema`."""
+    blocks, `GROUPS_PER_PART` groups to a part file. The rows must fit `schema`."""
 
     def __init__(self, run_dir: Path, desc: str, rows_per_task: int, schema: pa.Schema):
         folder = run_dir / STAGING_DIR
@@ -74,7 +80,29 @@ class StageWriter:
         self.schema = schema
         self.rows = 0
         self._held: pa.Table | None = None  # under rows_per_task rows, waiting for the next slice
-        self._writer = pq.ParquetWriter(self.path, schema, compression="none")
+        self.path.mkdir()
+        self._parts = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._groups_in_part = 0
+
+    def _write_groups(self, table: pa.Table) -> None:
+        """`table` as row groups of `rows_per_task` rows (the last may be shorter), starting a
+        new part file every `GROUPS_PER_PART` groups."""
+        step = self.rows_per_task
+        start = 0
+        while start < table.num_rows:
+            if self._writer is None or self._groups_in_part == GROUPS_PER_PART:
+                if self._writer is not None:
+                    self._writer.close()
+                self._writer = pq.ParquetWriter(self.path / f"part-{self._parts:06d}.parquet", self.schema,
+                                                compression="none")
+                self._parts += 1
+                self._groups_in_part = 0
+            groups = min(GROUPS_PER_PART - self._groups_in_part, -(-(table.num_rows - start) // step))
+            chunk = table.slice(start, groups * step)
+            self._writer.write_table(chunk, row_group_size=step)
+            self._groups_in_part += groups
+            start += chunk.num_rows
 
     def write(self, frame: pd.DataFrame) -> None:
         """Raises `Unstageable` (and removes the file) when a column does not fit the schema."""
@@ -87,15 +115,17 @@ class StageWriter:
             table = pa.concat_tables([self._held, table])
         whole = table.num_rows // self.rows_per_task * self.rows_per_task
         if whole:
-            self._writer.write_table(table.slice(0, whole), row_group_size=self.rows_per_task)
+            self._write_groups(table.slice(0, whole))
         self._held = table.slice(whole) if whole < table.num_rows else None
         self.rows += len(frame)
 
     def close(self, keep_empty: bool = False) -> "Staged | None":
         """The staged rows; None, and no file, when there were none (unless `keep_empty`)."""
         if self._held is not None:
-            self._writer.write_table(self._held, row_group_size=self.rows_per_task)
+            self._write_groups(self._held)
             self._held = None
+        if self._writer is None:  # no rows: an empty part still names the schema
+            self._writer = pq.ParquetWriter(self.path / "part-000000.parquet", self.schema, compression="none")
         self._writer.close()
         if not self.rows and not keep_empty:
             remove_staged(self.path)
@@ -103,9 +133,10 @@ class StageWriter:
         return Staged(self.path, self.rows)
 
     def abort(self) -> None:
-        """Close and remove the file (a failed or interrupted plan)."""
+        """Close and remove the folder (a failed or interrupted plan)."""
         try:
-            self._writer.close()
+            if self._writer is not None:
+                self._writer.close()
         finally:
             remove_staged(self.path)
 
@@ -124,11 +155,16 @@ class Staged:
 
     def frame(self) -> pd.DataFrame:
         """The rows back in memory (the inline runner, which has no Ray Data to read them)."""
-        return pq.read_table(self.path).to_pandas()
+        return pa.concat_tables([pq.read_table(p) for p in staged_parts(self.path)]).to_pandas()
+
+
+def staged_parts(path: Path | str) -> list[Path]:
+    """The part files of a staged folder, in the order the rows were written."""
+    return sorted(Path(path).glob("part-*.parquet"))
 
 
 def _remove_orphans(folder: Path) -> None:
-    """Files staged by a process of this host that is gone (a killed run: its `finally` never ran)."""
+    """Staged rows of a process of this host that is gone (a killed run: its `finally` never ran)."""
     host = socket.gethostname()
     for f in folder.glob("*.parquet"):
         parts = f.name.removesuffix(".parquet").rsplit("@", 3)  # desc@host@pid@id
@@ -137,31 +173,44 @@ def _remove_orphans(folder: Path) -> None:
         try:
             os.kill(int(parts[2]), 0)
         except ProcessLookupError:
-            f.unlink(missing_ok=True)
+            _remove(f)
         except PermissionError:
             pass  # alive, another user's
 
 
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def remove_staged(path: Path) -> None:
-    """The staged file, and its folder once empty."""
-    path.unlink(missing_ok=True)
+    """The staged rows, and the staging folder once empty."""
+    _remove(path)
     try:
         path.parent.rmdir()
     except OSError:
-        pass  # another stage's file is still there
+        pass  # another stage's rows are still there
 
 
 class StagedRows(Datasource):
-    """Ray Data source over a staged file: a read task per row group up to `MAX_READS` row
+    """Ray Data source over staged rows: a read task per row group up to `MAX_READS` row
     groups, else `MAX_READS` read tasks of contiguous row groups (each yields its row groups one
     by one; Ray Data joins them into the task's block)."""
 
     def __init__(self, path: Path):
         super().__init__()
         self.path = str(path)
-        meta = pq.ParquetFile(self.path).metadata
-        self.group_rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-        self.group_bytes = [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]
+        self.groups: list[tuple[str, int]] = []  # (part file, row group in it), in row order
+        self.group_rows: list[int] = []
+        self.group_bytes: list[int] = []
+        for part in staged_parts(path):
+            meta = pq.ParquetFile(part).metadata
+            for i in range(meta.num_row_groups):
+                self.groups.append((str(part), i))
+                self.group_rows.append(meta.row_group(i).num_rows)
+                self.group_bytes.append(meta.row_group(i).total_byte_size)
 
     def estimate_inmemory_data_size(self) -> int:
         return sum(self.group_bytes)
@@ -189,13 +238,16 @@ class StagedRows(Datasource):
             meta = BlockMetadata(num_rows=sum(self.group_rows[g] for g in groups),
                                  size_bytes=sum(self.group_bytes[g] for g in groups),
                                  input_files=None, exec_stats=None)
-            tasks.append(ReadTask(_reader(self.path, groups), meta, per_task_row_limit=per_task_row_limit))
+            tasks.append(ReadTask(_reader([self.groups[g] for g in groups]), meta,
+                                  per_task_row_limit=per_task_row_limit))
         return tasks
 
 
-def _reader(path: str, groups: list[int]):
+def _reader(groups: list[tuple[str, int]]):
     def read() -> Iterator[pa.Table]:
-        file = pq.ParquetFile(path)
-        for g in groups:
-            yield file.read_row_group(g)
+        files: dict[str, pq.ParquetFile] = {}
+        for part, g in groups:
+            if part not in files:
+                files = {part: pq.ParquetFile(part)}  # one part open at a time
+            yield files[part].read_row_group(g)
     return read

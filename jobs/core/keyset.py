@@ -61,9 +61,10 @@ class KeySet:
         if self._has(d):
             return False
         self._pending.add(d)
-        # Merged in batches that grow with the array, so adding n keys copies O(n) bytes a
-        # constant number of times per doubling, not once per key.
-        if len(self._pending) >= max(_MIN_PENDING, len(self._sorted) // 8):
+        # Merged in batches of 1/32 of the array: each merge copies the array, so about 32
+        # copies per doubling of the keys (not one per key), and the pending Python objects
+        # stay ~3% of the keys.
+        if len(self._pending) >= max(_MIN_PENDING, len(self._sorted) // 32):
             self._merge()
         return True
 

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 
 from jobs.config import DatasetConfig
 from jobs.inputs import iter_contexts, read_contexts
-from jobs.staged import STAGING_DIR, StageWriter
+from jobs.staged import GROUPS_PER_PART, STAGING_DIR, StagedRows, StageWriter, remove_staged, staged_parts
 
 SCHEMA = pa.schema([("context_id", pa.string()), ("context", pa.string()), ("model", pa.string())])
 
@@ -28,9 +28,32 @@ def test_uneven_slices_make_row_groups_of_exactly_rows_per_task(tmp_path):
         start += n
     staged = writer.close()
     assert staged is not None and staged.rows == 106
-    meta = pq.ParquetFile(staged.path).metadata
+    [part] = staged_parts(staged.path)
+    meta = pq.ParquetFile(part).metadata
     assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [32, 32, 32, 10]
-    assert pq.read_table(staged.path).column("context_id").to_pylist() == [f"c{i}" for i in range(106)]
+    assert pq.read_table(part).column("context_id").to_pylist() == [f"c{i}" for i in range(106)]
+
+
+def test_groups_past_one_part_go_to_the_next_part_and_come_back_in_order(tmp_path):
+    """A writer holds every row group's metadata until it closes: 64 groups to a part file,
+    so the driver's memory does not grow with the groups. The read tasks and the inline
+    runner's frame see one sequence of groups across the parts."""
+    writer = StageWriter(tmp_path, "generate", 2, SCHEMA)
+    start = 0
+    for n in (100, 3, 150, 2):  # 255 rows: 127 groups of 2 and the last of 1
+        writer.write(frame(start, n))
+        start += n
+    staged = writer.close()
+    parts = staged_parts(staged.path)
+    per_part = [pq.ParquetFile(p).metadata.num_row_groups for p in parts]
+    assert per_part == [GROUPS_PER_PART, 128 - GROUPS_PER_PART]
+    source = StagedRows(staged.path)
+    assert source.group_rows == [2] * 127 + [1]
+    blocks = [b for t in source.get_read_tasks(parallelism=1) for b in t.read_fn()]
+    assert [r for b in blocks for r in b.column("context_id").to_pylist()] == [f"c{i}" for i in range(255)]
+    assert list(staged.frame()["context_id"]) == [f"c{i}" for i in range(255)]
+    remove_staged(staged.path)
+    assert not (tmp_path / STAGING_DIR).exists()
 
 
 def test_no_rows_leave_no_file(tmp_path):
