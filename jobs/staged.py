@@ -105,7 +105,7 @@ class StageWriter:
             start += chunk.num_rows
 
     def write(self, frame: pd.DataFrame) -> None:
-        """Raises `Unstageable` (and removes the file) when a column does not fit the schema."""
+        """Raises `Unstageable` (and removes the folder) when a column does not fit the schema."""
         try:
             table = pa.Table.from_pandas(frame, schema=self.schema, preserve_index=False)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
@@ -120,7 +120,7 @@ class StageWriter:
         self.rows += len(frame)
 
     def close(self, keep_empty: bool = False) -> "Staged | None":
-        """The staged rows; None, and no file, when there were none (unless `keep_empty`)."""
+        """The staged rows; None, and no folder, when there were none (unless `keep_empty`)."""
         if self._held is not None:
             self._write_groups(self._held)
             self._held = None

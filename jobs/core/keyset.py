@@ -50,7 +50,7 @@ class KeySet:
     def __contains__(self, key: object) -> bool:
         if not (isinstance(key, str) or isinstance(key, tuple) and all(isinstance(p, str) for p in key)):
             return False  # never added: `add` takes text keys only
-        return self._has(digest(key))
+        return bool(self) and self._has(digest(key))  # empty (a fresh run): no digest to compute
 
     def __iter__(self) -> Iterator[str]:
         raise TypeError("a KeySet holds digests, not its keys: it cannot be iterated")
