@@ -90,7 +90,10 @@ def main() -> None:
 
     from jobs.core.configfiles import load_model
 
+    # Serve's cost on the same engine: the in-process one on both sides (the bundled model's
+    # default, `runtime: auto`, would put llama-server behind Serve).
     model = load_model("gemma3-270m", [REPO / "conf"])
+    model = model.model_copy(update={"engine_kwargs": {**model.engine_kwargs, "runtime": "llama-cpp-python"}})
     texts = prompts(args.prompts)
     e_rate, e_tokens = engine_rate(model, texts, args.max_tokens)
     s_rate, s_tokens = serve_rate(model, texts, args.max_tokens)

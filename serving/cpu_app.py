@@ -5,10 +5,11 @@ Routes (under the application's route prefix, `/<model name>` by default):
 the request with `serving.protocol` and hands it to the engine; Serve's own `check_health`
 restarts a replica whose engine stopped answering.
 
-The engine is chosen by the model file's `engine_kwargs.runtime`: `llama-server` (the default:
-llama.cpp's server as a child process of the replica, parallel slots, continuous batching; its
-log goes to the Ray session's `logs/serve/`, i.e. `RUN_DIR/ray-logs/serve/`) or
-`llama-cpp-python` (in-process, one request at a time).
+The engine is chosen by the model file's `engine_kwargs.runtime`: `llama-server` (llama.cpp's
+server as a child process of the replica, parallel slots, continuous batching; its log goes to
+the Ray session's `logs/serve/`, i.e. `RUN_DIR/ray-logs/serve/`), `llama-cpp-python` (in-process,
+one request at a time), or `auto` (the bundled model's: llama-server while it serves, else the
+in-process engine, `serving.engines.fallback`; `/health` says which serves and why).
 """
 
 import logging
@@ -21,6 +22,7 @@ from fastapi.responses import JSONResponse
 from ray import serve
 
 from jobs.core.modelconfig import ModelConfig
+from serving.engines.fallback import FallbackEngine
 from serving.engines.llamacpp import LlamaCppEngine, resolve_gguf
 from serving.engines.llamaserver import LlamaServerEngine
 from serving.engines.mock import MockEngine
@@ -40,18 +42,36 @@ async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResp
 
 # Serve pickles the deployment class when it is decorated, with the module globals its methods
 # name as they are then: what the class calls is defined above it.
-RUNTIMES = ("llama-server", "llama-cpp-python", "mock")
+RUNTIMES = ("auto", "llama-server", "llama-cpp-python", "mock")
 
 
 def make_engine(model: ModelConfig, log_dir: Path | None = None):
     """The CPU engine the model file names (`engine_kwargs.runtime`, default llama-server)."""
     runtime = model.engine_kwargs.get("runtime", "llama-server")
-    if runtime == "llama-server":
+
+    def server() -> LlamaServerEngine:
         return LlamaServerEngine(model.name, resolve_gguf(model.source), model.engine_kwargs,
                                  default_max_tokens=model.generation.max_tokens, log_dir=log_dir)
-    if runtime == "llama-cpp-python":
+
+    def in_process() -> LlamaCppEngine:
         return LlamaCppEngine(model.name, model.source, model.engine_kwargs,
                               default_max_tokens=model.generation.max_tokens)
+
+    if runtime == "auto":
+        def checked_server() -> LlamaServerEngine:
+            engine = server()
+            try:
+                engine.self_check()
+            except BaseException:
+                engine.shutdown()
+                raise
+            return engine
+
+        return FallbackEngine(model.name, checked_server, in_process)
+    if runtime == "llama-server":
+        return server()
+    if runtime == "llama-cpp-python":
+        return in_process()
     if runtime == "mock":  # tests of the serving path without a model (serving/engines/mock.py)
         return MockEngine(model.name, model.engine_kwargs)
     raise ValueError(f"model {model.name!r}: engine_kwargs.runtime {runtime!r} is not one of {RUNTIMES}")
@@ -104,7 +124,10 @@ class CpuLLMServer:
 
     @api.get("/health")
     async def health(self) -> JSONResponse:
-        return JSONResponse(content={"status": "ok", "model": self.model.name})
+        body = {"status": "ok", "model": self.model.name, "engine": self.engine.runtime}
+        if getattr(self.engine, "fallback_reason", None):
+            body["fallback_reason"] = self.engine.fallback_reason
+        return JSONResponse(content=body)
 
     def check_health(self) -> None:
         # Serve calls this periodically: a llama-server that exited fails it (naming its log),

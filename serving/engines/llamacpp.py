@@ -1,8 +1,9 @@
 """The in-process CPU engine (`runtime: llama-cpp-python`), and where a model's GGUF file is.
 
-The default CPU engine is llama.cpp's own server with parallel slots (`serving.engines.
-llamaserver`). This one is the fallback a model file can name with `engine_kwargs.runtime:
-llama-cpp-python`, and what `benchmarks/serve_vs_engine.py` measures: one `Llama` object decodes
+The batching CPU engine is llama.cpp's own server with parallel slots (`serving.engines.
+llamaserver`). This one is what `runtime: auto` (the bundled model's default) falls back to when
+that server cannot serve (`serving.engines.fallback`), what a model file can name with
+`engine_kwargs.runtime: llama-cpp-python`, and what `benchmarks/serve_vs_engine.py` measures: one `Llama` object decodes
 one request at a time, so calls are serialized with a lock and run in a worker thread; the Serve
 replica's event loop stays free for health checks and for queueing.
 
@@ -94,6 +95,8 @@ class LlamaCppEngine:
             `prompt_cache_mb`: RAM for the KV states of recent prompts (0: no cache).
         default_max_tokens: used when a request names no max_tokens.
     """
+
+    runtime = "llama-cpp-python"
 
     def __init__(
         self,

@@ -33,6 +33,9 @@ import logging
 import os
 import shutil
 import sys
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,7 @@ import aiohttp
 from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
 from serving.engines.messages import request_messages
-from serving.engines.process import ServerProcess, free_port
+from serving.engines.process import ServerProcess, ServerStartError, free_port
 from serving.protocol import AssistantMessage, ChatCompletionRequest, ChatCompletionResponse, Choice, Usage
 
 log = logging.getLogger(__name__)
@@ -90,6 +93,16 @@ def server_command(binary: Path, gguf: Path, port: int, model_id: str, kwargs: d
         cmd += ["--no-jinja", "--chat-template", str(kwargs["chat_format"])]
     cmd += [str(a) for a in kwargs.get("server_args") or []]
     return cmd
+
+
+# The self-check's calls: two at once (the batching path), one under a JSON-schema grammar (the
+# judge's path), a few tokens each: what a server that starts but cannot serve fails first.
+_CHECK_SCHEMA = {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "integer"}}}
+_CHECK_REQUESTS = (
+    {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4},
+    {"messages": [{"role": "user", "content": "Answer in JSON."}], "max_tokens": 8,
+     "response_format": {"type": "json_schema", "json_schema": {"name": "check", "schema": _CHECK_SCHEMA}}},
+)
 
 
 class LlamaServerEngine:
@@ -175,6 +188,34 @@ class LlamaServerEngine:
         if status == 400:
             raise ValueError(message)
         raise RuntimeError(f"llama-server answered {status}: {message}")
+
+    runtime = "llama-server"
+
+    def self_check(self, timeout_s: float = 120.0) -> None:
+        """Serve two short calls at once, one grammar-constrained; raise `ServerStartError`
+        (with the server's log) unless both are answered and the server still runs.
+
+        `/health` answers before a server has decoded anything; `runtime: auto` calls this before
+        it trusts the server with a run (see `serving.engines.fallback`)."""
+        def post(fields: dict[str, Any]) -> None:
+            body = self.request_body(ChatCompletionRequest(model=self.model_id, temperature=0.0, seed=0, **fields))
+            request = urllib.request.Request(self.server.url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+                json.loads(resp.read())
+
+        try:
+            with ThreadPoolExecutor(len(_CHECK_REQUESTS)) as pool:
+                for future in [pool.submit(post, fields) for fields in _CHECK_REQUESTS]:
+                    future.result()
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            self.server.check()  # a server that died says so, with its log
+            raise ServerStartError(self.server.describe(f"server failed its self-check: {exc!r}")) from exc
+        self.server.check()
+
+    def alive(self) -> bool:
+        """Whether the server process is still running."""
+        return self.server.alive()
 
     def check_health(self) -> None:
         """Raise unless the server process is running."""

@@ -53,6 +53,8 @@ def schema_instance(schema: dict[str, Any], root: dict[str, Any] | None = None) 
 
 
 class MockEngine:
+    runtime = "mock"
+
     def __init__(self, model_id: str, engine_kwargs: dict[str, Any] | None = None):
         self.model_id = model_id
         self.echo_chars = int((engine_kwargs or {}).get("echo_chars", 200))

@@ -78,7 +78,8 @@ class ServerProcess:
     def binary(self) -> str:
         return self.command[0]
 
-    def _describe(self, what: str) -> str:
+    def describe(self, what: str) -> str:
+        """`what`, with the binary, the log file and its last lines."""
         tail = log_tail(self.log_path)
         return f"{what} (binary {self.binary}, log {self.log_path})" + (f"; last lines:\n{tail}" if tail else "")
 
@@ -99,18 +100,18 @@ class ServerProcess:
                 self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=out,
                                              stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
             except OSError as exc:
-                raise ServerStartError(self._describe(f"could not run the server: {exc}")) from exc
+                raise ServerStartError(self.describe(f"could not run the server: {exc}")) from exc
         log.info("started %s (pid %d), log %s", self.binary, self.proc.pid, self.log_path)
         deadline = time.monotonic() + timeout_s
         while True:
             code = self.proc.poll()
             if code is not None:
-                raise ServerStartError(self._describe(f"server exited with code {code} before it was ready"))
+                raise ServerStartError(self.describe(f"server exited with code {code} before it was ready"))
             if self.healthy():
                 return
             if time.monotonic() > deadline:
                 self.stop()
-                raise ServerStartError(self._describe(f"server not healthy at {self.url}{self.health_path} "
+                raise ServerStartError(self.describe(f"server not healthy at {self.url}{self.health_path} "
                                                       f"after {timeout_s:.0f}s"))
             time.sleep(poll_s)
 
@@ -128,10 +129,10 @@ class ServerProcess:
     def check(self) -> None:
         """Raise if the process is not running (Serve's health check restarts the replica)."""
         if self.proc is None:
-            raise ServerStartError(self._describe("server was never started"))
+            raise ServerStartError(self.describe("server was never started"))
         code = self.proc.poll()
         if code is not None:
-            raise ServerStartError(self._describe(f"server exited with code {code}"))
+            raise ServerStartError(self.describe(f"server exited with code {code}"))
 
     def stop(self, grace_s: float = 10.0) -> int | None:
         """SIGTERM, then SIGKILL after `grace_s`; returns the exit code (None if never started)."""

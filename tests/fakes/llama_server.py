@@ -6,13 +6,16 @@ listens on `--port` and speaks the two routes the engine uses:
 - `POST /v1/chat/completions`: answers a chat completion whose content is the JSON body it
   received (so a test can check what the engine sent), usage 7 + 3 tokens; a request whose last
   message contains `TOO LONG` gets llama-server's 400 for a prompt over the context.
-Extra flags: `--fake-exit CODE` prints a line and exits with CODE at once; `--fake-loading N`.
+Extra flags: `--fake-exit CODE` prints a line and exits with CODE at once; `--fake-loading N`;
+`--fake-die-after N` answers N chat requests, then dies on the next one without answering (as a
+server that aborts mid-decode: the caller sees the connection drop).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -22,12 +25,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--fake-exit", type=int, default=None)
     parser.add_argument("--fake-loading", type=int, default=0)
+    parser.add_argument("--fake-die-after", type=int, default=None)
     args, _ = parser.parse_known_args(argv)
     print("fake llama-server argv:", " ".join(argv), flush=True)
     if args.fake_exit is not None:
         print("error: failed to load model (fake)", flush=True)
         return args.fake_exit
     loading = {"left": args.fake_loading}
+    answered = {"n": 0}
 
     class Handler(BaseHTTPRequestHandler):
         def _send(self, status: int, body: dict) -> None:
@@ -49,6 +54,10 @@ def main(argv: list[str]) -> int:
 
         def do_POST(self) -> None:  # noqa: N802
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if args.fake_die_after is not None and answered["n"] >= args.fake_die_after:
+                print("GGML_ASSERT failed (fake): dying mid-request", flush=True)
+                os._exit(134)
+            answered["n"] += 1
             if "TOO LONG" in body["messages"][-1]["content"]:
                 self._send(400, {"error": {"code": 400, "type": "exceed_context_size_error",
                                            "message": "the request exceeds the available context size"}})

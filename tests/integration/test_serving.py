@@ -48,7 +48,12 @@ def test_models_and_health_routes(hosted):
     with urllib.request.urlopen(base + "/models", timeout=10) as resp:
         assert [m["id"] for m in json.loads(resp.read())["data"]] == ["gemma3-270m"]
     with urllib.request.urlopen(base.removesuffix("/v1") + "/health", timeout=10) as resp:
-        assert json.loads(resp.read())["status"] == "ok"
+        health = json.loads(resp.read())
+    assert health["status"] == "ok"
+    # The bundled model runs `runtime: auto`: the route names the engine serving, and a fallback
+    # to the in-process engine always carries its reason (the server's exit and log).
+    assert health["engine"] in ("llama-server", "llama-cpp-python"), health
+    assert (health["engine"] == "llama-cpp-python") == bool(health.get("fallback_reason")), health
 
 
 def test_chat_completion_with_json_schema_returns_valid_json(hosted):
