@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from serving.engines.grammar import response_grammar
 from serving.engines.messages import request_messages
 from serving.protocol import (
     AssistantMessage,
@@ -136,13 +137,11 @@ class LlamaCppEngine:
         }
         if req.seed is not None:
             args["seed"] = req.seed
-        fmt = req.response_format
-        if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is not None:
-            # llama-cpp-python takes OpenAI's json_schema as `json_object` + `schema` and
-            # compiles it to a grammar.
-            args["response_format"] = {"type": "json_object", "schema": fmt.json_schema.schema_}
-        elif fmt is not None and fmt.type == "json_object":
-            args["response_format"] = {"type": "json_object"}
+        gbnf = response_grammar(req.response_format)  # the same grammar as llama-server's
+        if gbnf is not None:
+            from llama_cpp.llama_grammar import LlamaGrammar
+
+            args["grammar"] = LlamaGrammar.from_string(gbnf, verbose=False)
         return args
 
     def chat_sync(self, req: ChatCompletionRequest) -> ChatCompletionResponse:

@@ -12,11 +12,10 @@ What the replica still does itself, so that both engines answer alike:
   (`serving.engines.messages`), and the chat format is llama.cpp's built-in template of that name
   (`--no-jinja --chat-template gemma`: the bundled GGUF has no template, and llama-server's
   default for such models is ChatML, which Gemma was not trained on);
-- `response_format` (`json_schema`, `json_object`) becomes a GBNF grammar made by
-  llama-cpp-python's converter, the grammar the in-process engine used: llama-server's own
-  converter lets the JSON carry newlines and up to 20 spaces between tokens, which the 270M
-  model takes, spending its token budget on indentation (seen in `make demo`: `{\n  "answer": ...`
-  cut by max_tokens); this one allows one optional space;
+- `response_format` (`json_schema`, `json_object`) becomes the GBNF grammar the in-process
+  engine decodes under too (`serving.engines.grammar`): llama-server's own converter lets the
+  JSON carry newlines and up to 20 spaces between tokens, which the 270M model takes, spending
+  its token budget on indentation (seen in `make demo`: `{\n  "answer": ...` cut by max_tokens);
 - errors: the server's 400s (a prompt longer than the context) stay 400s (`ValueError`).
 
 Model-file `engine_kwargs` (all optional): `n_ctx` (tokens per request), `n_parallel` (slots),
@@ -40,8 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
-
+from serving.engines.grammar import response_grammar
 from serving.engines.messages import request_messages
 from serving.engines.process import ServerProcess, ServerStartError, free_port
 from serving.protocol import AssistantMessage, ChatCompletionRequest, ChatCompletionResponse, Choice, Usage
@@ -143,11 +141,9 @@ class LlamaServerEngine:
             body["stop"] = req.stop_list()
         if req.seed is not None:
             body["seed"] = req.seed
-        fmt = req.response_format
-        if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is not None:
-            body["grammar"] = json_schema_to_gbnf(json.dumps(fmt.json_schema.schema_))
-        elif fmt is not None and fmt.type == "json_object":
-            body["grammar"] = JSON_GBNF
+        gbnf = response_grammar(req.response_format)
+        if gbnf is not None:
+            body["grammar"] = gbnf
         return body
 
     def response(self, data: dict[str, Any]) -> ChatCompletionResponse:
