@@ -46,7 +46,9 @@ def response_grammar(response_format: Any) -> str | None:
     if response_format is None:
         return None
     if response_format.type == "json_schema" and response_format.json_schema is not None:
-        return _schema_grammar(json.dumps(response_format.json_schema.schema_, sort_keys=True))
+        # Not sort_keys: the grammar writes the properties in the schema's order (a rubric puts its
+        # items first and the explanation last, so a short budget still holds the scores).
+        return _schema_grammar(json.dumps(response_format.json_schema.schema_))
     if response_format.type == "json_object":
         from llama_cpp.llama_grammar import JSON_GBNF
 

@@ -74,3 +74,12 @@ def test_json_object_and_no_format():
     assert grammar_for({"type": "json_object"}) == JSON_GBNF
     assert grammar_for({"type": "text"}) is None
     assert response_grammar(None) is None
+
+
+def test_the_properties_come_in_the_schemas_order(vocab):
+    """A rubric lists its items first and the explanation last, so that a short token budget still
+    holds the scores: the grammar must keep that order, not the alphabet's."""
+    schema = {"type": "object", "additionalProperties": False, "required": ["z", "a"],
+              "properties": {"z": {"type": "integer"}, "a": {"type": "string"}}}
+    gbnf = grammar_for({"type": "json_schema", "json_schema": {"name": "r", "schema": schema}})
+    assert lets_through(vocab, gbnf, '{"', "z") and not lets_through(vocab, gbnf, '{"', "a")
