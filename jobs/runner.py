@@ -29,7 +29,7 @@ from jobs.core.schemas import STATUS_OK
 from jobs.stage import SINK_EVERY_S, endpoints_to_spec, with_sink
 from serving.capacity import plan_lines
 from serving.client import Endpoint
-from serving.deploy import ensure
+from serving.deploy import ensure, served_by
 from jobs.core.store import TableStore
 from jobs.staged import Staged, StagedRows, Unstageable, remove_staged, stage_rows
 
@@ -118,7 +118,8 @@ def run_model_stage(
     follow_ray()
     endpoints = ensure(models, run.serving, verbose=run.verbose)
     for name, ep in endpoints.items():
-        print(f"  {name}: {ep.base_url}", flush=True)
+        engine = served_by(ep)  # a run that fell back to the in-process engine says so here
+        print(f"  {name}: {ep.base_url}" + (f" ({engine})" if engine else ""), flush=True)
     workers = stage_workers(run.cluster.stage_workers, models, blocks=math.ceil(len(rows) / run.rows_per_task))
     return run_stage(
         rows, stage_cls,

@@ -115,6 +115,26 @@ def _wait_ready(models: list[ModelConfig], cfg: ServingConfig, check_apps: bool 
             time.sleep(1.0)
 
 
+def served_by(endpoint: Endpoint) -> str | None:
+    """The engine serving a hosted CPU-engine model now, from its `/health` route: `llama-server`,
+    `llama-cpp-python`, or `llama-cpp-python, fallback: <why>` when `runtime: auto` fell back
+    (`serving.engines.fallback`); None for other models or a route that does not answer."""
+    import json
+
+    model = endpoint.model
+    if model.provider != "serve" or model.engine != "llamacpp":
+        return None
+    try:
+        with urllib.request.urlopen(endpoint.base_url.removesuffix("/v1") + "/health", timeout=5) as resp:
+            health = json.loads(resp.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    engine, reason = health.get("engine"), health.get("fallback_reason")
+    if engine and reason:
+        return f"{engine}, fallback: {reason.splitlines()[0][:200]}"
+    return engine
+
+
 def serve_logging(verbose: bool) -> dict:
     """Serve's logging: quiet by default (warnings only, no per-request access log, which on the
     console drowns the progress bars); `verbose` keeps Serve's own defaults."""

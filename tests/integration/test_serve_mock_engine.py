@@ -50,3 +50,5 @@ def test_generate_and_judge_through_serve_on_the_mock_engine(tmp_path):
     assert overall["error"].str.contains("out of range 1-5").all()
     assert json.loads(scores["raw"].iloc[0])["Guidance"] == 1
     assert "pipeline finished" in proc.stdout
+    # The console names the engine each hosted CPU-engine model is served by (its /health route).
+    assert "  mockmodel: http://127.0.0.1:8141/mockmodel/v1 (mock)" in proc.stdout, proc.stdout[-2000:]

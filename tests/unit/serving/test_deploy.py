@@ -35,3 +35,45 @@ def test_deploy_false_waits_for_the_model_and_names_it_when_it_never_answers():
     with pytest.raises(TimeoutError, match="gemma3-270m.*not ready"):
         ensure([cpu], ServingConfig(port=9, deploy=False, startup_timeout_s=2))
     assert time.monotonic() - started < 30
+
+
+def test_served_by_names_the_engine_and_a_fallbacks_reason(tmp_path):
+    """What the job prints beside each hosted CPU-engine model, read from its /health route (a
+    local stand-in answering the route's two shapes); other models are not asked."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from serving.client import Endpoint
+    from serving.deploy import served_by
+
+    bodies = {"/a/health": {"status": "ok", "model": "a", "engine": "llama-server"},
+              "/b/health": {"status": "ok", "model": "b", "engine": "llama-cpp-python",
+                            "fallback_reason": "the server did not start: server exited with code 1 (binary x)\nlast lines"}}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            if self.path not in bodies:
+                self.send_error(404)
+                return
+            data = json.dumps(bodies[self.path]).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *_):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    root = f"http://127.0.0.1:{server.server_address[1]}"
+    cpu, api = _models("gemma3-270m", "gpt-4o")
+    try:
+        assert served_by(Endpoint(cpu, f"{root}/a/v1")) == "llama-server"
+        assert served_by(Endpoint(cpu, f"{root}/b/v1")) == (
+            "llama-cpp-python, fallback: the server did not start: server exited with code 1 (binary x)")
+        assert served_by(Endpoint(api, f"{root}/a/v1")) is None  # not a hosted CPU-engine model
+        assert served_by(Endpoint(cpu, f"{root}/missing/v1")) is None  # the route does not answer
+    finally:
+        server.shutdown()
