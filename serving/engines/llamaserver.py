@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+
 from serving.engines.grammar import response_grammar
 from serving.engines.messages import request_messages
 from serving.engines.process import ServerProcess, ServerStartError, free_port
