@@ -4,8 +4,8 @@ The batching CPU engine is llama.cpp's own server with parallel slots (`serving.
 llamaserver`). This one is what `runtime: auto` (the bundled model's default) falls back to when
 that server cannot serve (`serving.engines.fallback`), what a model file can name with
 `engine_kwargs.runtime: llama-cpp-python`, and what `benchmarks/serve_vs_engine.py` measures:
-one `Llama` object decodes one request at a time, so calls are serialized with a lock and run in a worker thread; the Serve
-replica's event loop stays free for health checks and for queueing.
+one `Llama` object decodes one request at a time, so calls are serialized with a lock and run in
+a worker thread; the Serve replica's event loop stays free for health checks and for queueing.
 
 JSON-schema `response_format` is honored through llama.cpp grammars, which makes even a small
 base model return JSON that parses against the judge schema.
