@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import stat
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,18 +21,6 @@ from serving.engines.llamaserver import LlamaServerEngine
 from serving.engines.mock import MockEngine
 from serving.engines.process import ServerStartError
 from serving.protocol import ChatCompletionRequest
-
-FAKE = REPO_ROOT / "tests" / "fakes" / "llama_server.py"
-
-
-@pytest.fixture
-def binary(tmp_path: Path) -> Path:
-    path = tmp_path / "bin" / "llama-server"
-    path.parent.mkdir()
-    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return path
-
 
 def auto(binary: Path, tmp_path: Path, *flags: str) -> FallbackEngine:
     kwargs = {"chat_format": "gemma", "n_parallel": 2, "server_binary": str(binary), "server_args": list(flags),

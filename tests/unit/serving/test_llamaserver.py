@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import select
-import stat
 import sys
 from pathlib import Path
 
@@ -18,18 +17,6 @@ from jobs.core.configfiles import REPO_ROOT, load_model
 from serving.engines.llamaserver import BINARY_ENV, LlamaServerEngine, find_binary, server_command
 from serving.engines.process import ServerStartError
 from serving.protocol import ChatCompletionRequest
-
-FAKE = REPO_ROOT / "tests" / "fakes" / "llama_server.py"
-
-
-@pytest.fixture
-def binary(tmp_path: Path) -> Path:
-    path = tmp_path / "bin" / "llama-server"
-    path.parent.mkdir()
-    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return path
-
 
 def engine(binary: Path, tmp_path: Path, *extra: str, **kwargs) -> LlamaServerEngine:
     kw = {"chat_format": "gemma", "n_parallel": 8, "server_binary": str(binary),
