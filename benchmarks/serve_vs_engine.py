@@ -91,9 +91,11 @@ def main() -> None:
     from jobs.core.configfiles import load_model
 
     # Serve's cost on the same engine: the in-process one on both sides (the bundled model's
-    # default, `runtime: auto`, would put llama-server behind Serve).
+    # default, `runtime: auto`, would put llama-server behind Serve), with the 4 requests in
+    # flight that the model file gave that engine before `auto` (8 now, for the server's slots).
     model = load_model("gemma3-270m", [REPO / "conf"])
-    model = model.model_copy(update={"engine_kwargs": {**model.engine_kwargs, "runtime": "llama-cpp-python"}})
+    model = model.model_copy(update={"engine_kwargs": {**model.engine_kwargs, "runtime": "llama-cpp-python"},
+                                     "concurrency": 4})
     texts = prompts(args.prompts)
     e_rate, e_tokens = engine_rate(model, texts, args.max_tokens)
     s_rate, s_tokens = serve_rate(model, texts, args.max_tokens)

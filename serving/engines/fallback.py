@@ -71,7 +71,8 @@ class FallbackEngine:
         return self.engine.runtime
 
     def _primary_dead(self) -> bool:
-        return self.engine is self._primary and self._primary is not None and not self._primary.alive()
+        # After __init__ the engine is never None, so a primary that never started never matches.
+        return self.engine is self._primary and not self._primary.alive()
 
     def _switch(self, reason: str) -> None:
         # Synchronous: the replica's requests and its health check share one event loop thread,
