@@ -9,6 +9,7 @@ As a command: `python -m serving.deploy models=[gemma3-270m]` deploys and keeps 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import urllib.error
@@ -74,8 +75,6 @@ def _running_apps() -> dict[str, str]:
 
 
 def _chat_ok(url: str, model_id: str) -> bool:
-    import json
-
     body = json.dumps({"model": model_id, "max_tokens": 1, "temperature": 0.0,
                        "messages": [{"role": "user", "content": "ping"}]}).encode()
     req = urllib.request.Request(url + "/chat/completions", data=body,
@@ -119,8 +118,6 @@ def served_by(endpoint: Endpoint) -> str | None:
     """The engine serving a hosted CPU-engine model now, from its `/health` route: `llama-server`,
     `llama-cpp-python`, or `llama-cpp-python, fallback: <why>` when `runtime: auto` fell back
     (`serving.engines.fallback`); None for other models or a route that does not answer."""
-    import json
-
     model = endpoint.model
     if model.provider != "serve" or model.engine != "llamacpp":
         return None
@@ -177,8 +174,6 @@ def ensure(models: list[ModelConfig], cfg: ServingConfig, verbose: bool = False)
 
 def _check_running_vllm_app(models: list[ModelConfig], cfg: ServingConfig) -> None:
     """A running vLLM app is reused as is: refuse at once if it lacks a model we need."""
-    import json
-
     if VLLM_APP not in _running_apps():
         return
     url = f"http://{cfg.host}:{cfg.port}/{VLLM_APP}/v1/models"
