@@ -9,7 +9,8 @@ PY := $(VENV)/bin/python
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 STAMP := $(VENV)/.installed
 LLAMA_CPP_PYTHON := 0.3.36
-# The CPU engine's server, built from the llama.cpp that llama-cpp-python vendors (~9 min on 2 busy cores, once; measured 8.5 min).
+# The CPU engine's server, built from the llama.cpp that llama-cpp-python vendors with our patches
+# (scripts/llama-server-patches/; ~9 min on 2 busy cores, once; measured 8.5 min).
 LLAMA_SERVER := $(VENV)/bin/llama-server
 
 .PHONY: demo test setup clean-venv bench bench-gpu
@@ -26,7 +27,7 @@ $(STAMP): pyproject.toml
 # llama-cpp-python's own build could build it too (-DLLAMA_BUILD_TOOLS=ON), but with every other
 # tool, installed outside the venv's bin/, and pip's cached wheel (not keyed on CMAKE_ARGS) would
 # come back without it: a separate target, built once, independent of the wheel.
-$(LLAMA_SERVER): scripts/build_llama_server.sh | $(STAMP)
+$(LLAMA_SERVER): scripts/build_llama_server.sh $(wildcard scripts/llama-server-patches/*.patch) | $(STAMP)
 	LLAMA_CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" bash scripts/build_llama_server.sh $(PY) $(LLAMA_CPP_PYTHON) $@
 
 setup: $(STAMP) $(LLAMA_SERVER)

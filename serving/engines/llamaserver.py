@@ -18,6 +18,10 @@ What the replica still does itself, so that both engines answer alike:
   its token budget on indentation (seen in `make demo`: `{\n  "answer": ...` cut by max_tokens);
 - errors: the server's 400s (a prompt longer than the context) stay 400s (`ValueError`).
 
+The binary is built by `make setup` from the llama.cpp that llama-cpp-python vendors, with the
+patches in `scripts/llama-server-patches/` (one so far: grammar sampling over Gemma's 262,144-token
+vocabulary without re-decoding every token piece, ~2x the tokens/s of 8 judges at once).
+
 Model-file `engine_kwargs` (all optional): `n_ctx` (tokens per request), `n_parallel` (slots),
 `n_threads`, `n_batch`, `chat_format`, `prompt_cache_mb` (RAM for the prompt cache: a
 dialogue's next turn re-decodes only the new exchange), `server_binary`, `server_args` (extra
