@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+from omegaconf import OmegaConf
 
 from analysis.columns import JUDGE, RESPONDER, STATUS, STATUS_OK
 from analysis.render import to_markdown
@@ -193,7 +194,10 @@ class SweepSummary(Callback):
         # Resolved here, once: `${now:...}` is cached on this config, so it is the folder the
         # launcher creates too.
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
-        shared = shared_run_dir([str(o) for o in config.hydra.overrides.task])
+        # Unresolved: `run_dir=runs/${experiment}/...` differs per point, and reading the list
+        # element by element would resolve it against this (pre-sweep) config.
+        task = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
+        shared = shared_run_dir([str(o) for o in task])
         if shared is not None:
             print(f"error: run_dir={shared} would be shared by every point of the sweep, and each point "
                   "after the first would find the rows already written and send nothing. Leave run_dir "

@@ -253,3 +253,16 @@ def test_points_submitted_one_by_one_share_a_sweep_folder_and_one_summary(tmp_pa
     assert sorted(frame["overrides"].str.extract(r"temperature=(\S+)")[0]) == ["0.2", "0.7"]
     md = (sweep / "sweep_summary.md").read_text()
     assert "point 0-dataset.limit=1,dry_run=True,generation.temperature=0.2" in md
+
+
+def test_a_run_dir_interpolated_per_point_is_not_refused(tmp_path):
+    """`make demo` sweeps experiment=a,b,c with run_dir=runs/${experiment}/...: a different folder
+    per point. Regression: the check read the override resolved against the config before the
+    sweep (every point's experiment the default) and refused it as shared."""
+    sweep = tmp_path / "sweep"
+    proc = run_job("jobs.pipeline", "-m", "experiment=mentalbench_demo,sqpsych_demo", "dry_run=true",
+                   f"run_dir={tmp_path}/" + "${experiment}", f"hydra.sweep.dir={sweep}", check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "would be shared" not in proc.stderr
+    assert "generate: 2 (context, model) pairs" in proc.stdout  # MentalBench's point ran
+    assert "== cohort ==" in proc.stdout  # and SQPsych's
