@@ -2,7 +2,7 @@
 bundled model under JSON-schema grammars whose text is not ASCII.
 
 The patch serves the grammar's per-token code points from a table decoded once; a wrong offset or
-terminator in that table lets through, or refuses, the wrong tokens. Greek and Chinese take
+terminator in that table lets through, or refuses, the wrong tokens. Greek and Japanese take
 multi-byte pieces, and Gemma's byte-fallback tokens end inside a UTF-8 sequence, the case the
 patch leaves to llama.cpp's own decoding: an answer must be one of the schema's values exactly,
 whichever path each of its tokens took."""
