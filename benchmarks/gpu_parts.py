@@ -239,17 +239,20 @@ def _deploy(model: ModelConfig, plan: Plan):
     return endpoint, time.perf_counter() - started
 
 
-def run_served_parts(plan: Plan) -> dict[str, Any]:
-    """(b), (c), (d) on one embedded Ray cluster: the prefix-caching engine, then the one without."""
+def run_served_parts(plan: Plan, results: dict[str, Any] | None = None) -> dict[str, Any]:
+    """(b), (c), (d) on one embedded Ray cluster: the prefix-caching engine, then the one without.
+
+    Each part's figures go into `results` as soon as the part ends, so a caller that writes it
+    in a `finally` keeps what was measured when a later part fails (a GPU lease is short)."""
     import ray
     from ray import serve
 
     from cluster.connect import connect
 
     wanted = [p for p in ("b", "c", "d") if p in plan.parts]
+    results = {} if results is None else results
     if not wanted:
-        return {}
-    results: dict[str, Any] = {}
+        return results
     connect(ClusterConfig())
     try:
         with tempfile.TemporaryDirectory() as tmp:

@@ -248,16 +248,24 @@ def main(argv: list[str] | None = None) -> int:
                         "--part-a-child", str(child)], check=True, cwd=REPO)
         results["a"] = json.loads(child.read_text())
         child.unlink()
-    results.update(run_served_parts(plan))
-    if "a" in results and "b" in results:
-        results["b"]["ratio_to_a"] = results["b"]["tok_s"] / results["a"]["tok_s"]
-        results["b"]["ratio_to_a_sustained"] = results["b"]["tok_s_sustained"] / results["a"]["tok_s"]
     out = args.out or out_path(gpu, when)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
-    for line in summary_lines(results):
-        print(line)
-    print(f"written: {out}")
+    try:
+        run_served_parts(plan, results)
+        results["complete"] = True
+    except BaseException as e:
+        # What was measured before the failure is still written: a GPU lease may not come twice.
+        results["complete"] = False
+        results["error"] = f"{type(e).__name__}: {e}"[:2000]
+        raise
+    finally:
+        if "a" in results and "b" in results:
+            results["b"]["ratio_to_a"] = results["b"]["tok_s"] / results["a"]["tok_s"]
+            results["b"]["ratio_to_a_sustained"] = results["b"]["tok_s_sustained"] / results["a"]["tok_s"]
+        out.write_text(json.dumps(results, indent=1) + "\n")
+        for line in summary_lines(results):
+            print(line)
+        print(f"written: {out}")
     return 0
 
 
