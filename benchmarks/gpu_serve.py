@@ -16,7 +16,7 @@ a. vLLM alone: `vllm.LLM.generate` on 1,000 MentalBench-shaped prompts (the resp
 b. The same prompts through the project: the model file (`engine: vllm`, the same engine
    arguments) hosted by `serving.deploy.ensure` (Ray Serve LLM's OpenAI app), called by the
    generate job's stage (`jobs.runner.run_stage` + `GenerateStage`: Ray Data, `ChatClient`,
-   Parquet parts); output tokens/s over the whole stage and sustained (first to last row), and
+   Parquet parts); output tokens/s over the whole stage and sustained (first request sent to last answer), and
    the ratio to (a). Goal: >= 0.9.
 c. Time to first token and inter-token latency at 1, 64 and 256 concurrent streaming requests
    to the same Serve route, with the model file's settings (p50 / p90).

@@ -34,6 +34,14 @@ from serving.governance import Sensitivity, check_governance, follows_redirects
 
 log = logging.getLogger(__name__)
 
+# The OpenAI client's HTTP layer logs every request at INFO ("HTTP Request: POST ..."). Where a
+# process's root logger is at INFO (Hydra sets it, and so does Ray's logging setup on GPU nodes
+# with vLLM), a fan-out would print one line per call between the progress bars. Our own rows
+# record every call; a level someone set on that logger themselves is kept.
+HTTP_LOGGER = "httpx2"
+if logging.getLogger(HTTP_LOGGER).level == logging.NOTSET:
+    logging.getLogger(HTTP_LOGGER).setLevel(logging.WARNING)
+
 
 _BACKOFF_BASE_S = 0.5
 _BACKOFF_CAP_S = 30.0

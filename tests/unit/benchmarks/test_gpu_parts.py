@@ -4,9 +4,11 @@ accepts for the pinned vLLM, and the prompts and dialogues have the methods' sha
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from benchmarks.gpu_parts import (
     MODEL, PROMPT, QUESTIONS, dialogue_specs, engine_kwargs, mentalbench_contexts, mentalbench_messages, model_config,
+    serving_window_s,
     sqpsych_profiles,
 )
 from benchmarks.gpu_serve import Plan
@@ -59,3 +61,13 @@ def test_dialogues_have_sqpsychs_prompts_and_a_fixed_length(tmp_path):
         for agent in spec.agents:
             assert agent.model == MODEL
             assert agent.generation == {"max_tokens": 96, "extra": {"ignore_eos": True}}
+
+
+def test_the_serving_window_runs_from_the_first_request_sent_to_the_last_answer():
+    # Answers at +5, +6 and +7 s after 12:00:00 that took 4, 1 and 6.5 s: the requests left at
+    # +1, +5 and +0.5 s, so the window is 7 - 0.5 = 6.5 s (first to last answer would say 2 s).
+    t0 = pd.Timestamp("2026-11-26 12:00:00", tz="UTC")
+    rows = pd.DataFrame({"created_at": [t0 + pd.Timedelta(seconds=s) for s in (5, 6, 7)],
+                         "latency_s": [4.0, 1.0, 6.5]})
+    assert serving_window_s(rows) == pytest.approx(6.5)
+    assert serving_window_s(rows.iloc[:0]) != serving_window_s(rows.iloc[:0])  # NaN: no rows, no window

@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from tests.conftest import ROOT
+
 from serving.client import ChatClient, Endpoint, split_reasoning
 from jobs.core.modelconfig import GenerationParams, ModelConfig
 from serving.governance import DataGovernanceError
@@ -164,3 +166,20 @@ def test_the_request_body_is_exactly_the_call_it_names():
                                                                 {"role": "user", "content": "é\n\"quoted\""}],
                       "temperature": 0.3, "top_p": 0.9, "max_tokens": 5, "seed": 11, "stop": ["END"],
                       "cache_prompt": True}, "d1#2")]
+
+
+def test_the_http_layer_does_not_log_each_request_on_an_info_root_logger():
+    # Seen on the first GPU run: with the root logger at INFO, every call printed an
+    # "HTTP Request: POST ..." line. A fresh interpreter, so the import's effect is what is tested.
+    import subprocess
+    import sys
+
+    code = ("import logging; logging.basicConfig(level=logging.INFO); import serving.client, httpx2; "
+            "logging.getLogger('httpx2').info('HTTP Request: POST x'); logging.getLogger('other').info('kept')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert "kept" in out.stderr and "HTTP Request" not in out.stderr
+    # A level the user chose is theirs.
+    code = code.replace("logging.basicConfig(level=logging.INFO);",
+                        "logging.basicConfig(level=logging.INFO); logging.getLogger('httpx2').setLevel(logging.DEBUG);")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert "HTTP Request" in out.stderr
