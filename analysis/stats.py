@@ -1,10 +1,10 @@
 """Paired t-tests over every pair of columns of a frame, with Holm's correction.
 
 The rows of the frame are the paired units (contexts, or items scored by two judges); its
-columns the things compared (responders, judges). Two columns are compared with
-`scipy.stats.ttest_rel` over the rows both have. With k columns there are k(k-1)/2 tests, so the
-p-values of one family are adjusted with Holm's step-down method (it controls the family-wise
-error rate; statsmodels is not a dependency, so it is implemented here).
+columns the things compared (responders, judges). Two columns are compared with Student's
+paired t (what `scipy.stats.ttest_rel` computes) over the rows both have. With k columns there
+are k(k-1)/2 tests, so the p-values of one family are adjusted with Holm's step-down method (it
+controls the family-wise error rate; statsmodels is not a dependency, so it is implemented here).
 Also Krippendorff's ordinal alpha of a raters x units matrix (`ordinal_alpha`).
 """
 
@@ -16,7 +16,7 @@ from typing import Sequence
 import krippendorff
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special
 
 from analysis.columns import N
 
@@ -57,16 +57,29 @@ def paired_ttest(a: pd.Series, b: pd.Series) -> dict[str, float]:
     """n (rows where both are present), mean_a, mean_b, mean_diff = a - b, t and p.
 
     Fewer than two pairs, or differences that are all equal, give no t (NaN t and p)."""
-    both = pd.concat([a.rename("a"), b.rename("b")], axis=1).dropna()
-    n = len(both)
-    d = both["a"] - both["b"]
-    t = p = np.nan
-    if n >= 2 and not np.allclose(d, d.iloc[0]):
-        res = stats.ttest_rel(both["a"], both["b"])
-        t, p = float(res.statistic), float(res.pvalue)
+    if not a.index.equals(b.index):
+        a, b = a.align(b, join="outer")
+    return _paired(a.to_numpy(dtype=float), b.to_numpy(dtype=float))
+
+
+def _paired(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
+    """`paired_ttest` on two aligned arrays. Student's paired t by its formula, t = mean(d) /
+    (sd(d) / sqrt(n)) with p = 2 P(T_{n-1} > |t|), as `scipy.stats.ttest_rel` computes it: a
+    report runs thousands of these (every pair of responders, per rater and attribute), and
+    through pandas and scipy's wrapper each cost ~6 ms, 14 s of a demo's report."""
+    both = ~(np.isnan(a) | np.isnan(b))
+    a, b = a[both], b[both]
+    n = int(a.size)
     nan = float("nan")
-    return {N: n, "mean_a": both["a"].mean() if n else nan, "mean_b": both["b"].mean() if n else nan,
-            "mean_diff": d.mean() if n else nan, "t": t, "p": p}
+    if n == 0:
+        return {N: 0, "mean_a": nan, "mean_b": nan, "mean_diff": nan, "t": nan, "p": nan}
+    d = a - b
+    t = p = nan
+    if n >= 2 and not np.allclose(d, d[0]):
+        t = float(d.mean() / np.sqrt(d.var(ddof=1) / n))
+        p = float(2 * special.stdtr(n - 1, -abs(t)))
+    return {N: n, "mean_a": float(a.mean()), "mean_b": float(b.mean()), "mean_diff": float(d.mean()),
+            "t": t, "p": p}
 
 
 def ttest_columns(what: str) -> list[str]:
@@ -83,7 +96,8 @@ def pairwise_ttests(wide: pd.DataFrame, names: Sequence[str] | None = None, what
     """
     names = [c for c in (names if names is not None else wide.columns) if c in wide.columns]
     cols = ttest_columns(what)
-    rows = [{cols[0]: a, cols[1]: b, **paired_ttest(wide[a], wide[b])} for a, b in combinations(names, 2)]
+    values = {c: wide[c].to_numpy(dtype=float) for c in names}  # columns of one frame: aligned
+    rows = [{cols[0]: a, cols[1]: b, **_paired(values[a], values[b])} for a, b in combinations(names, 2)]
     out = pd.DataFrame(rows, columns=cols[:-2])
     out[N] = out[N].astype(int)
     out["p_holm"] = holm(out["p"].to_numpy()) if len(out) else []

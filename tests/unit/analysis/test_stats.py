@@ -43,3 +43,34 @@ def test_paired_ttest_uses_rows_both_have():
     ref = stats.ttest_rel([1, 2, 5], [0, 2.5, 3])
     assert res["n"] == 3 and res["t"] == pytest.approx(ref.statistic) and res["p"] == pytest.approx(ref.pvalue)
     assert math.isnan(paired_ttest(a.iloc[:1], b.iloc[:1])["t"])
+
+
+def test_paired_ttest_matches_scipy_on_random_pairs_with_gaps():
+    # A different route: scipy's own ttest_rel on the rows both have, for 200 random pairs of
+    # 2-40 rows with gaps, ties and integer-like scores.
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(2, 41))
+        a = pd.Series(rng.integers(1, 6, n).astype(float) + rng.normal(0, 0.3, n) * rng.integers(0, 2))
+        b = pd.Series(rng.integers(1, 6, n).astype(float))
+        a[rng.random(n) < 0.15] = np.nan
+        b[rng.random(n) < 0.15] = np.nan
+        res = paired_ttest(a, b)
+        keep = a.notna() & b.notna()
+        assert res["n"] == int(keep.sum())
+        d = (a - b)[keep]
+        if keep.sum() < 2 or np.allclose(d, d.iloc[0]):
+            assert math.isnan(res["t"]) and math.isnan(res["p"])
+            continue
+        ref = stats.ttest_rel(a[keep], b[keep])
+        assert res["t"] == pytest.approx(ref.statistic, rel=1e-12)
+        assert res["p"] == pytest.approx(ref.pvalue, rel=1e-9, abs=1e-300)
+        assert res["mean_diff"] == pytest.approx(d.mean(), rel=1e-12)
+
+
+def test_paired_ttest_aligns_series_on_their_index():
+    a = pd.Series([1.0, 2.0, 4.0], index=["x", "y", "z"])
+    b = pd.Series([0.5, 1.0, 9.0, 3.0], index=["y", "x", "q", "z"])  # pairs: x 1-1, y 2-0.5, z 4-3
+    ref = stats.ttest_rel([1.0, 2.0, 4.0], [1.0, 0.5, 3.0])
+    res = paired_ttest(a, b)
+    assert res["n"] == 3 and res["t"] == pytest.approx(ref.statistic) and res["p"] == pytest.approx(ref.pvalue)
