@@ -20,6 +20,8 @@ The method, as the code runs it (the shared LLM-as-a-judge step; the rubric says
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import sys
 from datetime import datetime, timezone
@@ -52,6 +54,10 @@ log = logging.getLogger("jobs.judge")
 
 # What this job can fill a rubric's placeholders with, from a response and its context.
 RESPONSE_PLACEHOLDERS = ("context", "response")
+# A rubric whose prompts share at least this head (~500 tokens: ~2 s of prefill on 2 cores, about
+# what decoding one answer takes) is worth sending one call at a time to a `per_slot` engine;
+# a shorter head (MentalBench's prompt puts the context on its fourth line) is not.
+GATED_HEAD_CHARS = 2000
 
 
 def _without_keys(obj: Any, keys: set[str]) -> Any:
@@ -84,6 +90,23 @@ class JudgeStage(ChatStage):
         self.max_repairs = max_repairs
         self.run_id = run_id
         self.params = {n: self.client.endpoint(n).model.params(overrides) for n in self.client.models}
+        self.heads = {r.name: r.shared_head_chars() for r in rubrics}
+        self._gates: dict[tuple[str, str], asyncio.Lock] = {}
+        self._gates_loop: asyncio.AbstractEventLoop | None = None
+
+    def _gate(self, judge: str, rubric: Rubric) -> contextlib.AbstractAsyncContextManager:
+        """One call at a time per (judge, rubric) in this worker where the judge's engine reuses a
+        computed prefix only on the slot that computed it (`prefix_reuse: per_slot`) and the
+        rubric's prompts share a long head (`GATED_HEAD_CHARS`): each call after the first then
+        re-reads only its own subject, where calls sent together would each compute the head
+        again. Other rubrics and judges still run at the same time."""
+        if (self.client.endpoint(judge).model.prefix_reuse != "per_slot"
+                or self.heads[rubric.name] < GATED_HEAD_CHARS):
+            return contextlib.nullcontext()
+        loop = asyncio.get_running_loop()
+        if self._gates_loop is not loop:  # a lock belongs to one event loop
+            self._gates, self._gates_loop = {}, loop
+        return self._gates.setdefault((judge, rubric.name), asyncio.Lock())
 
     def rubric_of(self, row: dict[str, Any]) -> Rubric:
         name = row.get("rubric")
@@ -118,20 +141,21 @@ class JudgeStage(ChatStage):
         raw: str | None = None
         parsed = None
         result = None
-        for round_ in range(self.max_repairs + 1):
-            result = await self.client.chat(judge, messages, params, response_format=fmt,
-                                            sensitivity=self.sensitivity, request_key=key)
-            calls["attempts"] += result.attempts
-            calls["latency_s"] += result.latency_s
-            calls["prompt_tokens"] += result.prompt_tokens or 0
-            calls["completion_tokens"] += result.completion_tokens or 0
-            if not result.ok:
-                break
-            raw = result.content or ""
-            parsed = parse_answer(raw, rubric)
-            if parsed.ok or round_ == self.max_repairs:
-                break
-            messages = repair_prompt(raw, parsed.error, rubric, messages)
+        async with self._gate(judge, rubric):
+            for round_ in range(self.max_repairs + 1):
+                result = await self.client.chat(judge, messages, params, response_format=fmt,
+                                                sensitivity=self.sensitivity, request_key=key)
+                calls["attempts"] += result.attempts
+                calls["latency_s"] += result.latency_s
+                calls["prompt_tokens"] += result.prompt_tokens or 0
+                calls["completion_tokens"] += result.completion_tokens or 0
+                if not result.ok:
+                    break
+                raw = result.content or ""
+                parsed = parse_answer(raw, rubric)
+                if parsed.ok or round_ == self.max_repairs:
+                    break
+                messages = repair_prompt(raw, parsed.error, rubric, messages)
 
         calls.update(raw=raw, finish_reason=result.finish_reason if result else None)
         if result is None or not result.ok or parsed is None:

@@ -172,6 +172,15 @@ class ModelConfig(StrictModel):
         "Hugging Face `tokenizer.json` (needs the `tokenizers` library); a relative path is from the working "
         "directory, else the repository root. None: no local tokenizer (statistics then say which count they use).",
     )
+    prefix_reuse: Literal["shared", "per_slot"] = Field(
+        "shared",
+        description="How the engine reuses a prompt prefix it has computed. `shared`: any request can "
+        "(vLLM's prefix cache, API providers), so calls that share a long prefix may run at once. "
+        "`per_slot`: only the slot that computed it, for the next request that slot takes (llama.cpp's "
+        "server): a judge's calls on a rubric whose prompts share a long head then go one at a time per "
+        "judge and rubric, each re-reading only its own part (jobs/judge.py; 12 Psi-Arena-like judgments "
+        "on 3 rubrics took 63 s at once and 40 s this way on 2 cores).",
+    )
     protocols: dict[str, str] = Field(
         default_factory=dict,
         description="Method -> the protocol this model runs under in that method (prompts, post-processing), "

@@ -248,6 +248,14 @@ class Rubric(StrictModel):
         head = [{"role": "system", "content": self.system}] if self.system else []
         return head + [{"role": "user", "content": self.render_prompt(values)}]
 
+    def shared_head_chars(self) -> int:
+        """How many characters every prompt of this rubric starts with (its system text, then its
+        prompt up to the first placeholder): what an engine's prefix cache can reuse from one
+        subject's call to the next."""
+        mark = "\x00"
+        text = "".join(m["content"] for m in self.messages({p: mark for p in self.placeholders}))
+        return text.find(mark) if mark in text else len(text)
+
     def answer_schema(self) -> dict[str, Any]:
         """The JSON schema of a valid answer (strict-mode compatible: every key required, no
         extras): each integer item an enum over its range, a reported number a number, the

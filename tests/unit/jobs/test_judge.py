@@ -189,3 +189,34 @@ def test_several_rubrics_are_judged_in_one_stage_each_row_by_its_own(tmp_path):
     assert set(out[out["rubric"] == mb.name]["rubric_version"]) == {mb.version}
     assert sum("Context: I feel alone 0\nAnswer: That sounds hard 0" in line["content"] for line in sent) == 1
     assert call_counter([mb, toy])(SCORES_table(out)) == (3, 3)
+
+
+LONG_HEAD = {**TOY, "version": "long-v1", "prompt": "Read the scale below with care. " * 80 + TOY["prompt"]}
+
+
+@pytest.mark.parametrize("reuse,most", [("per_slot", 1), ("shared", 4)])
+def test_a_per_slot_prefix_engine_gets_one_call_at_a_time_per_long_headed_rubric(tmp_path, reuse, most):
+    """An engine that reuses a prefix only on the slot that computed it gets the calls sharing a
+    long rubric head one at a time (each then re-reads only its subject); a rubric whose
+    subject comes at once (MentalBench's: its fourth line) runs beside them, all at once. An
+    engine with a shared prefix cache gets every call at once (the model's concurrency)."""
+    path = tmp_path / "long.yaml"
+    path.write_text(yaml.safe_dump(LONG_HEAD))
+    long_, mb = load_rubric(str(path)), load_rubric("mentalbench")
+    assert long_.shared_head_chars() == 32 * 80 + len("Context: ") and mb.shared_head_chars() < 200
+    batch = pd.concat([_batch(4).assign(rubric=long_.name), _batch(4).assign(rubric=mb.name)], ignore_index=True)
+    in_flight = {}
+    for part in ("long", "mentalbench", "both"):
+        rows = {"long": batch[batch["rubric"] == long_.name], "mentalbench": batch[batch["rubric"] == mb.name],
+                "both": batch}[part]
+        with FakeServer(latency=0.3) as server:
+            model = ModelConfig(name="judge", display_name="judge", family="fake", provider="openai", source="fake",
+                                locality="external", base_url=server.base_url, concurrency=8, timeout_s=5,
+                                max_retries=0, prefix_reuse=reuse)
+            stage = JudgeStage(endpoints_to_spec({"judge": Endpoint(model, server.base_url)}), 1.0, "public",
+                               rubric=[long_.model_dump(), mb.model_dump()], overrides={"max_tokens": 300},
+                               max_repairs=0, run_id="t")
+            out = _run(stage, rows)
+            in_flight[part] = server.stats()["max_in_flight"]
+        assert len(out) and (out["status"] == "ok").all()
+    assert in_flight == {"long": most, "mentalbench": 4, "both": most + 4}
