@@ -58,6 +58,25 @@ def wheel_name(path: Path) -> str:
     return canon(path.name.split("-")[0])
 
 
+def select(wheels: list[Path], node_packages: set[str]) -> list[Path]:
+    """The wheels that travel: the engine stack always, anything else the node lacks, never SKIP."""
+    return [w for w in wheels
+            if not SKIP.match(wheel_name(w)) and (wheel_name(w) in ENGINE or wheel_name(w) not in node_packages)]
+
+
+def prune(site: Path) -> None:
+    """Remove PRUNE and the bytecode caches from an installed stack. Triton finds its backends
+    through entry points, and one naming a removed folder makes `import triton` fail (torch then
+    reports Triton missing), so those lines go too."""
+    for rel in PRUNE:
+        shutil.rmtree(site / rel, ignore_errors=True)
+    for ep in site.glob("triton-*.dist-info/entry_points.txt"):
+        ep.write_text("".join(ln for ln in ep.read_text().splitlines(True)
+                              if not any(f"triton.backends.{Path(r).name}" in ln for r in PRUNE if r.startswith("triton/"))))
+    for cache in site.rglob("__pycache__"):
+        shutil.rmtree(cache, ignore_errors=True)
+
+
 def platform_args(python: str) -> list[str]:
     tags = [f"manylinux_2_{n}_x86_64" for n in range(5, 40)] + ["manylinux2014_x86_64", "manylinux2010_x86_64",
                                                                   "manylinux1_x86_64", "linux_x86_64"]
@@ -80,18 +99,12 @@ def build(out: Path, python: str, node_packages: set[str], chunk: int, work: Pat
             pip("download", "-q", "--no-deps", *platform_args(python), "-d", str(wheels), req)
         except subprocess.CalledProcessError:
             pip("wheel", "-q", "--no-deps", "-w", str(wheels), req)
-    chosen = [w for w in sorted(wheels.glob("*.whl"))
-              if not SKIP.match(wheel_name(w)) and (wheel_name(w) in ENGINE or wheel_name(w) not in node_packages)]
+    chosen = select(sorted(wheels.glob("*.whl")), node_packages)
     pip("install", "-q", "--no-deps", "--no-compile", "--target", str(site), *platform_args(python),
         *map(str, chosen))
     nccl = next(wheels.glob("nvidia_nccl_cu13-*.whl"))
     subprocess.run(["unzip", "-q", "-o", str(nccl), "nvidia/nccl/lib/*", "-d", str(site)], check=True)
-    for rel in PRUNE:
-        shutil.rmtree(site / rel, ignore_errors=True)
-    for ep in site.glob("triton-*.dist-info/entry_points.txt"):
-        ep.write_text("".join(ln for ln in ep.read_text().splitlines(True) if "amd" not in ln))
-    for cache in site.rglob("__pycache__"):
-        shutil.rmtree(cache, ignore_errors=True)
+    prune(site)
     packed = work / "site.tar.zst"
     subprocess.run(f"tar -C {site} -cf - . | zstd -q -9 -T0 --long=27 -f -o {packed}", shell=True, check=True)
     out.mkdir(parents=True, exist_ok=True)
