@@ -20,7 +20,6 @@ from pydantic import Field
 from jobs.core.base import StrictModel
 
 from serving.client import Endpoint
-from serving.cpu_app import build_cpu_app
 from serving.vllm_app import build_vllm_app
 from jobs.core.modelconfig import ModelConfig
 from cluster.config import ClusterConfig
@@ -151,6 +150,10 @@ def ensure(models: list[ModelConfig], cfg: ServingConfig, verbose: bool = False)
         _wait_ready(hosted, cfg, check_apps=False)
     elif hosted:
         from ray import serve
+
+        # The CPU app (Serve, FastAPI, the engines) is imported where it is deployed: every stage
+        # worker imports this module for ServingConfig, and did not need those ~2 s of imports.
+        from serving.cpu_app import build_cpu_app
 
         serve.start(
             http_options={"host": cfg.host, "port": cfg.port, "location": cfg.proxy_location},
