@@ -293,8 +293,9 @@ async def _revise(client: ChatClient, spec: DialogueSpec, agent: AgentSpec, para
                   row: dict[str, Any], others: list[str]) -> None:
     """The agent's revision steps after its accepted draft (`row`): each a call to the same model;
     the last answer, cleaned, replaces the turn's text. `row["steps"]` keeps the draft and every
-    step with its call fields, and the row's token counts and attempts add up all of them. A
-    failed step (or an empty final answer) makes the turn an error."""
+    step with its call fields, and the row's token counts and attempts add up all of them. An
+    empty answer is asked again, at most `max_regenerations` times, each call a step row of its
+    own; a failed step, or one still empty, makes the turn an error."""
     labels = {a.role: a.label for a in spec.agents}
     values = {**spec.fields, HISTORY_PLACEHOLDER: history_text(turns, labels), "turn": str(turn),
               "round": str(spec.rules.round_of(turn)), DRAFT: row["text"]}
@@ -304,25 +305,36 @@ async def _revise(client: ChatClient, spec: DialogueSpec, agent: AgentSpec, para
     for k, step in enumerate(agent.revisions):
         messages = ([{"role": "system", "content": render(step.system, values)}] if step.system else []) + [
             {"role": "user", "content": render(step.template, values)}]
-        res = await client.chat(agent.model, messages, params, sensitivity=sensitivity,
-                                request_key=f"{spec.dialogue_id}#{turn}/{step.name}")
-        result.calls += 1
-        row["attempts"] += res.attempts
-        row["prompt_tokens"] = (row["prompt_tokens"] or 0) + (res.prompt_tokens or 0)
-        row["completion_tokens"] = (row["completion_tokens"] or 0) + (res.completion_tokens or 0)
-        if not res.ok:
-            steps.append(_step_row(step.name, None, res.attempts, res.prompt_tokens, res.completion_tokens,
+        last = k == len(agent.revisions) - 1
+        regenerations = 0
+        while True:
+            # An empty answer is asked again under the next seed, as a draft is (the same messages
+            # under the same seed come back empty again); every call keeps its own step row.
+            key = f"{spec.dialogue_id}#{turn}/{step.name}" + (f"/r{regenerations}" if regenerations else "")
+            sampled = params if not regenerations or params.seed is None else \
+                params.model_copy(update={"seed": params.seed + regenerations})
+            res = await client.chat(agent.model, messages, sampled, sensitivity=sensitivity, request_key=key)
+            result.calls += 1
+            row["attempts"] += res.attempts
+            row["prompt_tokens"] = (row["prompt_tokens"] or 0) + (res.prompt_tokens or 0)
+            row["completion_tokens"] = (row["completion_tokens"] or 0) + (res.completion_tokens or 0)
+            if not res.ok:
+                steps.append(_step_row(step.name, None, res.attempts, res.prompt_tokens, res.completion_tokens,
+                                       res.latency_s, res.finish_reason))
+                row.update(status=res.status, error=f"revision step {step.name!r}: {res.error}", text=None)
+                return
+            cleaned = clean_utterance(res.content or "", agent.label, others, spec.rules.stop_token) if last else None
+            text = cleaned.text if cleaned is not None else (res.content or "").strip()
+            steps.append(_step_row(step.name, text, res.attempts, res.prompt_tokens, res.completion_tokens,
                                    res.latency_s, res.finish_reason))
-            row.update(status=res.status, error=f"revision step {step.name!r}: {res.error}", text=None)
+            if text or regenerations >= spec.rules.max_regenerations:
+                break
+            regenerations += 1
+        if not text:
+            row.update(status=STATUS_ERROR, text=None, raw=res.content, finish_reason=res.finish_reason,
+                       error=f"revision step {step.name!r}: empty answer after {regenerations} regeneration(s)")
             return
-        text = (res.content or "").strip()
-        if k == len(agent.revisions) - 1:
-            cleaned = clean_utterance(res.content or "", agent.label, others, spec.rules.stop_token)
-            text = cleaned.text
+        if cleaned is not None:
             row.update(text=text, raw=res.content, finish_reason=res.finish_reason,
                        stop=cleaned.has_stop and spec.rules.honors_stop(agent.role, turn))
-            if not text:
-                row.update(status=STATUS_ERROR, error=f"revision step {step.name!r}: empty answer")
-        steps.append(_step_row(step.name, text, res.attempts, res.prompt_tokens, res.completion_tokens,
-                               res.latency_s, res.finish_reason))
         values[step.name] = text

@@ -80,7 +80,8 @@ class DialogueRules(StrictModel):
     )
     max_regenerations: int = Field(
         10, ge=0, description="Times a repeated (or empty) utterance is asked again; a repeat that "
-        "persists is kept (and counted), an utterance still empty fails the turn."
+        "persists is kept (and counted), an utterance still empty fails the turn. An empty answer to a "
+        "revision step is asked again as often."
     )
     repeat_note: str = Field(
         "Your utterance should be different from: {utterance}",

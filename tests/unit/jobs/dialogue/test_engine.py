@@ -257,3 +257,35 @@ def test_revision_steps_rewrite_each_turn_and_the_partner_sees_only_the_rewrite(
     per_step = [s["completion_tokens"] for s in first["steps"]]
     assert all(t > 0 for t in per_step) and first["completion_tokens"] == sum(per_step)
     assert first["attempts"] == 3 and turns.iloc[1]["steps"] is None  # the client's turn is not revised
+
+
+def test_an_empty_revision_answer_is_asked_again_under_the_next_seed(tmp_path):
+    """A 270M model sometimes answers a rewrite with nothing: like an empty draft, the step is asked
+    again with the seed plus one (a CI run lost a whole re-run session to one empty rewrite); each
+    call is a step row, so the turn's tokens still add up. Still empty after the cap: an error row."""
+    from jobs.dialogue import RevisionStep
+
+    base = spec(max_turns=1)
+    steps = [RevisionStep(name="rewrite", template="fix <{draft}>")]
+    therapist = base.agents[0].model_copy(update={"revisions": steps})
+    revised = base.model_copy(update={"agents": [therapist, base.agents[1]]})
+    with FakeServer(script=[{"request_key": "#1/rewrite$", "content": "   "}]) as fake:
+        ms = [model("a", fake.base_url, generation={"seed": 7}), model("b", fake.base_url)]
+        out = run(stage(ms, tmp_path), batch([revised]))
+        sent = fake.log_lines()
+    assert [(s["request_key"], s["seed"]) for s in sent] == [
+        ("p0|a#1", 7), ("p0|a#1/rewrite", 7), ("p0|a#1/rewrite/r1", 8)]
+    assert out.iloc[0]["status"] == "ok" and out.iloc[0]["turns"][0]["text"] == "echo: fix <echo: say 1>"
+    first = TableStore(tmp_path, TURNS).read().iloc[0]
+    assert [(s["name"], s["text"]) for s in first["steps"]] == [
+        ("draft", "echo: say 1"), ("rewrite", ""), ("rewrite", "echo: fix <echo: say 1>")]
+    assert first["completion_tokens"] == 3 + 0 + 5 and first["attempts"] == 3
+
+    capped = revised.model_copy(update={"dialogue_id": "p1|a",
+                                        "rules": revised.rules.model_copy(update={"max_regenerations": 1})})
+    with FakeServer(script=[{"request_key": "#1/rewrite", "content": ""}]) as fake:
+        ms = [model("a", fake.base_url, generation={"seed": 7}), model("b", fake.base_url)]
+        out = run(stage(ms, tmp_path / "capped"), batch([capped]))
+        assert len(fake.log_lines()) == 3
+    row = out.iloc[0]
+    assert row["status"] != "ok" and "revision step 'rewrite': empty answer after 1 regeneration(s)" in row["error"]
