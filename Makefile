@@ -33,9 +33,8 @@ $(LLAMA_SERVER): scripts/build_llama_server.sh $(wildcard scripts/llama-server-p
 setup: $(STAMP) $(LLAMA_SERVER)
 
 demo: $(STAMP) $(LLAMA_SERVER)
-	$(PY) -m jobs.pipeline experiment=mentalbench_demo $(ARGS)
-	$(PY) -m jobs.pipeline experiment=sqpsych_demo $(ARGS)
-	$(PY) -m jobs.pipeline experiment=arena_demo $(ARGS)
+	@# The three demo pipelines on one embedded cluster and one model server (jobs/demo.py).
+	$(PY) -m jobs.demo $(ARGS)
 	@echo "Rate the MentalBench demo's answers in the browser, blinded (each rater's link is printed; Ctrl-C stops it):"
 	@echo "  $(PY) -m jobs.rate run_dir=$$(ls -td runs/mentalbench_demo/2*/ 2>/dev/null | head -1 | sed 's:/$$::') raters=[ana,ben] per_subject=2"
 

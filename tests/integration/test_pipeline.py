@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -19,9 +20,12 @@ ATTRS = ["Guidance", "Informativeness", "Relevance", "Safety", "Empathy", "Helpf
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("demo") / "run"
-    proc = run_job("jobs.pipeline", "experiment=mentalbench_demo", f"run_dir={run_dir}", "dataset.limit=2",
+    # Through `make demo`'s driver (jobs.demo): it hosts the model on its own cluster, and the
+    # pipeline, `python -m jobs.pipeline` as a user runs it, joins that cluster.
+    root = tmp_path_factory.mktemp("demo")
+    proc = run_job("jobs.demo", "--experiments", "mentalbench_demo", "--runs-root", str(root), "dataset.limit=2",
                    "generation.max_tokens=24", "judge_generation.max_tokens=120", "serving.port=8127")
+    (run_dir,) = list((root / "mentalbench_demo").iterdir())
     return run_dir, proc
 
 
@@ -55,6 +59,10 @@ def test_demo_chain_on_the_bundled_model(demo_run):
     html = (run_dir / "report" / "report.html").read_text()
     assert "<table" in html and "data:image/png;base64" in html and "Alignment Factor" in html
     assert "pipeline finished" in proc.stdout
+    # one cluster and one model server, the demo's: the pipeline joined it, deployed nothing
+    assert "demo: started an embedded local Ray cluster" in proc.stdout
+    assert "joined Ray cluster at" in proc.stdout and "started an embedded" not in proc.stdout.split("===")[-1]
+    assert re.search(r"^  mentalbench_demo  ok +\d+s  " + re.escape(str(run_dir)) + "$", proc.stdout, re.M)
 
 
 def test_demo_output_is_quiet(demo_run):

@@ -1,0 +1,216 @@
+"""`python -m jobs.demo` (what `make demo` runs): the demo experiments at once, on one cluster.
+
+    python -m jobs.demo                                  # MentalBench, SQPsych and Ψ-Arena demos
+    python -m jobs.demo serving.port=8210 verbose=true   # overrides go to every pipeline
+    python -m jobs.demo --experiments arena_demo --parallel --runs-root /tmp/demo
+
+Run as three commands, each demo pipeline started its own Ray cluster, Serve app and llama-server
+(~18 s each on 2 cores: 389 s in all). Here one embedded Ray cluster is started and the bundled
+model deployed once; then each experiment runs as its own `python -m jobs.pipeline
+experiment=<name>` driver joined to that cluster (`cluster.address`). Each pipeline is exactly what
+`python -m jobs.pipeline` runs alone (its run directory, its `pipeline.log`, its resume); only the
+cluster and the model server are shared.
+
+One after another by default. `--parallel` runs them all at once, their calls sharing the server's
+batches: on 2 cores that was slower (360 s against 341 s one after another, docs/benchmarks.md),
+the server being busy 303 of 334 s already and the three drivers competing with it for the CPU;
+with cores to spare it overlaps the pipelines' start-up and their one-call-at-a-time phases.
+
+The console shows each pipeline's own output under its name (with `--parallel`: its lines prefixed
+by its experiment, whole lines so that they do not interleave, each stage's bar in its final
+state), and at the end one line per pipeline: its exit code, time and results. A failed pipeline does not stop the others; the demo then exits
+with the worst code and prints the command that resumes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import IO, Sequence
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from cluster.config import ClusterConfig
+from cluster.connect import REPO_ROOT, connect
+from jobs.core.configfiles import ConfigError, load_model
+from serving.deploy import ServingConfig, ensure, served_by
+
+__all__ = ["DEMO_EXPERIMENTS", "main", "split_overrides"]
+
+DEMO_EXPERIMENTS = ("mentalbench_demo", "sqpsych_demo", "arena_demo")
+# Overrides the shared cluster and server take; every override also goes to each pipeline.
+SHARED_PREFIXES = ("cluster.", "serving.", "verbose=")
+
+
+@dataclass
+class Pipeline:
+    experiment: str
+    run_dir: str
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
+    ended: float | None = None
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    @property
+    def resume(self) -> str:
+        return f"python -m jobs.pipeline experiment={self.experiment} run_dir={self.run_dir}"
+
+
+def split_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the overrides the shared cluster and server take, all the others). A `run_dir=` is
+    refused: each experiment has its own (`runs/<experiment>/<time>`), as in a sweep."""
+    shared, rest = [], []
+    for o in overrides:
+        if "=" not in o or o.startswith(("-", "~")):
+            raise ConfigError(f"{o!r}: the demo takes Hydra overrides key=value (given to every pipeline)")
+        if o.split("=", 1)[0].lstrip("+") == "run_dir":
+            raise ConfigError("run_dir=: each demo experiment writes its own runs/<experiment>/<time>; to resume "
+                              "one, run the command the demo printed for it (python -m jobs.pipeline ...)")
+        (shared if o.startswith(SHARED_PREFIXES) else rest).append(o)
+    return shared, rest
+
+
+def _host(shared: list[str]) -> tuple[str, list[str]]:
+    """Start the embedded cluster and deploy the bundled model: (the cluster's address to join,
+    the overrides that point each pipeline at it)."""
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="deploy", overrides=[o for o in shared if not o.startswith("verbose=")])
+    data = OmegaConf.to_container(cfg, resolve=True)
+    cluster = ClusterConfig(**data["cluster"])
+    if cluster.runner != "ray":
+        raise ConfigError("the demo hosts its model on Ray Serve: cluster.runner=inline cannot run it")
+    serving = ServingConfig(**data["serving"])
+    verbose = "verbose=true" in shared
+    # The pipelines' stage workers are this cluster's: they import the project from its root.
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    print(f"demo: {connect(cluster, verbose=verbose)}", flush=True)
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
+    for name, ep in ensure([load_model(n) for n in data["models"]], serving, verbose=verbose).items():
+        engine = served_by(ep)
+        print(f"demo: {name} at {ep.base_url}" + (f" ({engine})" if engine else ""), flush=True)
+    return address, [f"cluster.address={address}"]
+
+
+def _forward(stream: IO[bytes], prefix: str, out: IO[str]) -> None:
+    """Copy whole lines of `stream` to `out` after `prefix`, and what is left at its end. A
+    progress bar rewrites its line with carriage returns: only its final state is copied."""
+    lock = _forward.lock  # type: ignore[attr-defined]
+
+    def write(raw: bytes) -> None:
+        line = raw.rsplit(b"\r", 1)[-1].decode("utf-8", "replace").rstrip()
+        if line:
+            with lock:
+                out.write(f"{prefix}{line}\n")
+                out.flush()
+
+    buf = b""
+    for chunk in iter(lambda: stream.read1(65536), b""):
+        *lines, buf = (buf + chunk).split(b"\n")
+        for raw in lines:
+            write(raw)
+    write(buf)
+
+
+_forward.lock = threading.Lock()  # type: ignore[attr-defined]
+
+
+def _start(p: Pipeline, overrides: list[str], width: int | None) -> None:
+    """Start `p`'s pipeline. `width`: run alongside others, its lines copied with a prefix that
+    many characters wide; None: alone on the console, its live progress bars included."""
+    cmd = [sys.executable, "-m", "jobs.pipeline", f"experiment={p.experiment}", f"run_dir={p.run_dir}", *overrides]
+    p.started = time.perf_counter()
+    if width is None:
+        print(f"=== {p.experiment} ===", flush=True)
+        p.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdin=subprocess.DEVNULL)
+        return
+    p.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL)
+    prefix = f"[{p.experiment:<{width}}] "
+    for stream, out in ((p.proc.stdout, sys.stdout), (p.proc.stderr, sys.stderr)):
+        t = threading.Thread(target=_forward, args=(stream, prefix, out), daemon=True)
+        t.start()
+        p.threads.append(t)
+
+
+def _wait(p: Pipeline) -> int:
+    assert p.proc is not None
+    code = p.proc.wait()
+    for t in p.threads:
+        t.join()
+    p.ended = time.perf_counter()
+    return code
+
+
+def run(experiments: Sequence[str], overrides: Sequence[str], *, parallel: bool = False,
+        runs_root: str = "runs") -> int:
+    shared, _ = split_overrides(overrides)
+    # The pipelines join the cluster hosted here, wherever the user pointed it.
+    overrides = [o for o in overrides if not o.startswith("cluster.address=")]
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    pipelines = [Pipeline(e, f"{runs_root.rstrip('/')}/{e}/{stamp}") for e in experiments]
+    started = time.perf_counter()
+    _, joined = _host(shared)
+    mode = "at once" if parallel else "one after another"
+    print(f"demo: {len(pipelines)} pipeline(s) {mode}, sharing this cluster and server:", flush=True)
+    width = max(len(e) for e in experiments)
+    for p in pipelines:
+        print(f"  {p.experiment:<{width}}  -> {p.run_dir}  (log: {p.run_dir}/pipeline.log)", flush=True)
+    codes: dict[str, int] = {}
+    try:
+        if parallel:
+            for p in pipelines:
+                _start(p, [*overrides, *joined], width)
+            for p in pipelines:
+                codes[p.experiment] = _wait(p)
+        else:
+            for p in pipelines:
+                _start(p, [*overrides, *joined], None)
+                codes[p.experiment] = _wait(p)
+    except KeyboardInterrupt:
+        # The pipelines got the same Ctrl-C (one process group): each saves its rows and exits.
+        for p in pipelines:
+            if p.proc is not None:
+                codes[p.experiment] = _wait(p)
+    print(f"demo: finished in {time.perf_counter() - started:.0f}s", flush=True)
+    for p in pipelines:
+        code = codes.get(p.experiment)
+        took = f"{p.ended - p.started:.0f}s" if p.ended else "not started"
+        state = "ok" if code == 0 else ("not run" if code is None else f"exit {code}")
+        line = f"  {p.experiment:<{width}}  {state:<8} {took:>5}  {p.run_dir}"
+        if code:
+            line += f"\n    resume: {p.resume}"
+        print(line, flush=True)
+    return max((abs(c) for c in codes.values()), default=0) if codes else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m jobs.demo", description=__doc__.split("\n")[0])
+    ap.add_argument("--experiments", default=",".join(DEMO_EXPERIMENTS),
+                    help="comma-separated experiments (conf/experiment/); default: %(default)s")
+    ap.add_argument("--parallel", action="store_true",
+                    help="all pipelines at once (default: one after another; both on one cluster and server)")
+    ap.add_argument("--runs-root", default="runs", help="run directories go to RUNS_ROOT/<experiment>/<time>")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides given to every pipeline, e.g. serving.port=8210")
+    args = ap.parse_args(argv)
+    experiments = [e for e in args.experiments.split(",") if e]
+    missing = [e for e in experiments if not (REPO_ROOT / "conf" / "experiment" / f"{e}.yaml").is_file()]
+    try:
+        if missing or not experiments:
+            raise ConfigError(f"--experiments: no conf/experiment/{missing[0] if missing else ''}.yaml")
+        return run(experiments, args.overrides, parallel=args.parallel, runs_root=args.runs_root)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
