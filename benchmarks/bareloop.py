@@ -7,7 +7,7 @@ same endpoint and machine. `requests.jsonl` is what `benchmarks.endpoint --recor
 job ran: every request's body is sent again as it was. Requests whose key shares a conversation
 (`<dialogue id>#<turn>`) are sent one after another in their recorded order, as the dialogue's
 turns were; all the others, and all conversations, at once under an `asyncio.Semaphore`
-(the model's concurrency limit), after one warm-up call. Prints one JSON line: calls, errors, and the wall-clock times
+(the model's concurrency limit), after one warm-up call; `--max-calls N` replays only the first N. Prints one JSON line: calls, errors, and the wall-clock times
 (`time.time()`) of the first and last answer. It runs on uvloop when it is installed, as Ray's
 actors (the job's stage worker among them) do: the yardstick is the faster of the two loops.
 """
@@ -68,9 +68,12 @@ def main() -> None:
     ap.add_argument("--base-url", required=True)
     ap.add_argument("--requests", required=True, help="JSON lines of {key, body}")
     ap.add_argument("--concurrency", type=int, required=True)
+    ap.add_argument("--max-calls", type=int, default=None,
+                    help="replay only the first N recorded requests (a rate needs no more; default: all)")
     args = ap.parse_args()
     with open(args.requests, encoding="utf-8") as fh:
         lines = [json.loads(line) for line in fh if line.strip()]
+    lines = lines[: args.max_calls] if args.max_calls else lines
     try:
         import uvloop
     except ImportError:

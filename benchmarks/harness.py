@@ -163,11 +163,12 @@ def rss_at_fractions(samples: list[tuple[int, int]], total: int,
     return out
 
 
-def run_bare(base_url: str, requests: Path, concurrency: int) -> dict[str, Any]:
+def run_bare(base_url: str, requests: Path, concurrency: int, max_calls: int | None = None) -> dict[str, Any]:
     cpu = _children_cpu_s()
     started = time.time()
     out = subprocess.run([sys.executable, "-m", "benchmarks.bareloop", "--base-url", base_url, "--requests",
-                          str(requests), "--concurrency", str(concurrency)],
+                          str(requests), "--concurrency", str(concurrency),
+                          *(["--max-calls", str(max_calls)] if max_calls else [])],
                          capture_output=True, text=True, cwd=REPO, env=env(), check=True)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     if res["errors"]:
@@ -184,16 +185,21 @@ def created_span(table_dir: Path) -> tuple[int, int, float]:
 
 
 def compare(calls: int, job: dict[str, Any], job_span: float, bare: dict[str, Any]) -> dict[str, Any]:
+    """The job's `calls` against the bare loop's own (`bare["calls"]`: the same requests, or the
+    first of them): the ratios are of rates, so both sides need not make as many calls."""
+    bare_calls = bare["calls"]
     bare_span = bare["last_done"] - bare["first_done"]
+    bare_rps, job_rps = (bare_calls - 1) / bare_span, (calls - 1) / job_span
+    bare_total, job_total = bare_calls / bare["wall_s"], calls / job["wall_s"]
     return {
-        "calls": calls,
-        "bare_rps_sustained": round((calls - 1) / bare_span, 1), "bare_rps_total": round(calls / bare["wall_s"], 1),
-        "job_rps_sustained": round((calls - 1) / job_span, 1), "job_rps_total": round(calls / job["wall_s"], 1),
+        "calls": calls, "bare_calls": bare_calls,
+        "bare_rps_sustained": round(bare_rps, 1), "bare_rps_total": round(bare_total, 1),
+        "job_rps_sustained": round(job_rps, 1), "job_rps_total": round(job_total, 1),
         "bare_wall_s": round(bare["wall_s"], 2), "job_wall_s": round(job["wall_s"], 2),
-        "ratio_sustained": round(bare_span / job_span, 3), "ratio_total": round(bare["wall_s"] / job["wall_s"], 3),
-        "bare_cpu_ms_per_call": round(1000 * bare["cpu_s"] / calls, 2),
+        "ratio_sustained": round(job_rps / bare_rps, 3), "ratio_total": round(job_total / bare_total, 3),
+        "bare_cpu_ms_per_call": round(1000 * bare["cpu_s"] / bare_calls, 2),
         "job_cpu_ms_per_call": round(1000 * job["cpu_s"] / calls, 2),
-        "ratio_cpu": round(bare["cpu_s"] / job["cpu_s"], 3),
+        "ratio_cpu": round((bare["cpu_s"] / bare_calls) / (job["cpu_s"] / calls), 3),
         "bare_event_loop": bare.get("event_loop"),
         "driver_peak_rss_mb": job["driver_peak_rss_mb"],
     }

@@ -2,14 +2,16 @@
 
     python -m benchmarks.throughput                        # 20,000 calls at concurrency 64 and 256
     python -m benchmarks.throughput --requests 4000 --concurrency 64 --memory-rows
-    python -m benchmarks.throughput --memory-only --memory-rows 5000 20000 100000   # driver memory by rows
+    python -m benchmarks.throughput --memory-only --memory-rows 2000 20000 100000   # driver memory by rows
 
 For each concurrency: the generate job as a user runs it (its default config, the CLI in a
 subprocess: Hydra, an embedded Ray cluster, Ray Data, the row sink, Parquet) over a CSV of
 `requests` contexts, with one model, `bench`, at that concurrency limit: a loopback
 OpenAI-compatible endpoint answering every call after 100 ms (`benchmarks.endpoint`, its own
 process). Then the bare loop (`benchmarks.bareloop`) sends the very requests the job sent,
-with nothing but `openai` and asyncio under the same limit. Printed and appended to
+with nothing but `openai` and asyncio under the same limit: the first `--bare-calls` (10,000) of
+them, since both sides are compared by their rates (a steady loop's rate over 10,000 calls is its
+rate over 20,000; half the bare side's time out of `make bench`). Printed and appended to
 `docs/benchmarks/throughput.json`: both ratios (sustained: first to last answer; total: the
 whole command, start-up included; see `benchmarks.harness`) and the job driver's peak RSS, also
 for `--memory-rows` runs of the job alone (flat memory: it must not grow with the rows).
@@ -45,7 +47,7 @@ def generate_overrides(models: Path, csv: Path, run_dir: Path) -> list[str]:
             "dataset.columns.human_response=null", "dataset.limit=null"]
 
 
-def job(tmp: Path, n: int, concurrency: int, latency: float, with_bare: bool) -> dict:
+def job(tmp: Path, n: int, concurrency: int, latency: float, with_bare: bool, bare_calls: int | None = None) -> dict:
     csv = write_contexts(tmp / "contexts.csv", n)
     record = tmp / "requests.jsonl"
     with Endpoint(latency=latency, record=record) as ep:
@@ -62,7 +64,7 @@ def job(tmp: Path, n: int, concurrency: int, latency: float, with_bare: bool) ->
             return {"calls": n, "job_wall_s": round(run["wall_s"], 2), "job_rps_sustained": round((n - 1) / span, 1),
                     "driver_peak_rss_mb": run["driver_peak_rss_mb"],
                     "driver_rss_mb_at_calls": rss_at_fractions(run["rss_by_progress"], n)}
-        bare = run_bare(ep.base_url, record, concurrency)
+        bare = run_bare(ep.base_url, record, concurrency, max_calls=bare_calls)
     return compare(n, run, span, bare)
 
 
@@ -80,7 +82,10 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=20_000)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--latency", type=float, default=0.1)
-    ap.add_argument("--memory-rows", type=int, nargs="*", default=[5000],
+    ap.add_argument("--bare-calls", type=int, default=10_000,
+                    help="the bare loop replays the first N of the job's requests (its rate needs no more; "
+                         "0: all of them)")
+    ap.add_argument("--memory-rows", type=int, nargs="*", default=[2000],
                     help="also run the job alone at these row counts (at the first concurrency) for its memory")
     ap.add_argument("--memory-only", action="store_true", help="only the --memory-rows runs, no comparison")
     ap.add_argument("--no-save", action="store_true", help="print only; do not append to the JSON")
@@ -89,7 +94,8 @@ def main() -> None:
     record = {**machine(), "latency_s": args.latency, "results": [], "memory": []}
     for c in [] if args.memory_only else args.concurrency:
         with tempfile.TemporaryDirectory() as tmp:
-            r = {"concurrency": c, **job(Path(tmp), args.requests, c, args.latency, with_bare=True)}
+            r = {"concurrency": c, **job(Path(tmp), args.requests, c, args.latency, with_bare=True,
+                                         bare_calls=args.bare_calls or None)}
         record["results"].append(r)
         print(f"c={c}: sustained {r['ratio_sustained']:.2f}, total {r['ratio_total']:.2f} of the bare loop", flush=True)
     memory = [{"rows": args.requests, "driver_peak_rss_mb": r["driver_peak_rss_mb"]} for r in record["results"][:1]]

@@ -35,7 +35,10 @@ from datetime import datetime
 from typing import IO, Sequence
 
 from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from pydantic import ValidationError
 
 from cluster.config import ClusterConfig
 from cluster.connect import REPO_ROOT, connect
@@ -207,9 +210,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if missing or not experiments:
             raise ConfigError(f"--experiments: no conf/experiment/{missing[0] if missing else ''}.yaml")
         return run(experiments, args.overrides, parallel=args.parallel, runs_root=args.runs_root)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ConfigError, HydraException, OmegaConfBaseException, ValidationError) as exc:
+        # A misspelt override or a bad value: the user's to fix, before any pipeline runs.
+        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("demo: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -51,3 +51,8 @@ def test_whole_lines_are_copied_with_the_prefix_and_a_bar_only_in_its_final_stat
                     b"gen:  0%| 0/2\rgen: 50%| 1/2\rgen: 100%| 2/2 ok=2\n", b"\n", b"last without newline"])
     assert text.splitlines() == ["[a] == generate ==", "[a] partial line", "[a] gen: 100%| 2/2 ok=2",
                                  "[a] last without newline"]  # a crash's last words too
+
+
+def test_a_misspelt_cluster_override_exits_2_naming_it_before_ray_starts(capsys):
+    assert main(["--experiments", "mentalbench_demo", "serving.prot=8210"]) == 2
+    assert "prot" in capsys.readouterr().err
