@@ -45,17 +45,21 @@ from cluster.connect import REPO_ROOT, connect
 from jobs.core.configfiles import ConfigError, load_model
 from serving.deploy import ServingConfig, ensure, served_by
 
-__all__ = ["DEMO_EXPERIMENTS", "main", "split_overrides"]
+__all__ = ["DEMO_EXPERIMENTS", "main", "shared_overrides"]
 
 DEMO_EXPERIMENTS = ("mentalbench_demo", "sqpsych_demo", "arena_demo")
 # Overrides the shared cluster and server take; every override also goes to each pipeline.
 SHARED_PREFIXES = ("cluster.", "serving.", "verbose=")
 
 
+_PRINT = threading.Lock()  # pipelines run at once write whole lines, one at a time
+
+
 @dataclass
 class Pipeline:
     experiment: str
     run_dir: str
+    overrides: list[str]  # the user's, given again by the resume command
     proc: subprocess.Popen | None = None
     started: float = 0.0
     ended: float | None = None
@@ -63,26 +67,29 @@ class Pipeline:
 
     @property
     def resume(self) -> str:
-        return f"python -m jobs.pipeline experiment={self.experiment} run_dir={self.run_dir}"
+        return " ".join(["python -m jobs.pipeline", f"experiment={self.experiment}", f"run_dir={self.run_dir}",
+                         *self.overrides])
 
 
-def split_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(the overrides the shared cluster and server take, all the others). A `run_dir=` is
-    refused: each experiment has its own (`runs/<experiment>/<time>`), as in a sweep."""
-    shared, rest = [], []
+def shared_overrides(overrides: Sequence[str]) -> list[str]:
+    """The overrides the shared cluster and server take (every override also goes to each
+    pipeline). A `run_dir=` is refused: each experiment has its own (`runs/<experiment>/<time>`),
+    as in a sweep."""
+    shared = []
     for o in overrides:
         if "=" not in o or o.startswith(("-", "~")):
             raise ConfigError(f"{o!r}: the demo takes Hydra overrides key=value (given to every pipeline)")
         if o.split("=", 1)[0].lstrip("+") == "run_dir":
             raise ConfigError("run_dir=: each demo experiment writes its own runs/<experiment>/<time>; to resume "
                               "one, run the command the demo printed for it (python -m jobs.pipeline ...)")
-        (shared if o.startswith(SHARED_PREFIXES) else rest).append(o)
-    return shared, rest
+        if o.startswith(SHARED_PREFIXES):
+            shared.append(o)
+    return shared
 
 
-def _host(shared: list[str]) -> tuple[str, list[str]]:
-    """Start the embedded cluster and deploy the bundled model: (the cluster's address to join,
-    the overrides that point each pipeline at it)."""
+def _host(shared: list[str]) -> str:
+    """Start the embedded cluster and deploy the bundled model; the override that points each
+    pipeline at that cluster."""
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
         cfg = compose(config_name="deploy", overrides=[o for o in shared if not o.startswith("verbose=")])
     data = OmegaConf.to_container(cfg, resolve=True)
@@ -100,18 +107,16 @@ def _host(shared: list[str]) -> tuple[str, list[str]]:
     for name, ep in ensure([load_model(n) for n in data["models"]], serving, verbose=verbose).items():
         engine = served_by(ep)
         print(f"demo: {name} at {ep.base_url}" + (f" ({engine})" if engine else ""), flush=True)
-    return address, [f"cluster.address={address}"]
+    return f"cluster.address={address}"
 
 
 def _forward(stream: IO[bytes], prefix: str, out: IO[str]) -> None:
     """Copy whole lines of `stream` to `out` after `prefix`, and what is left at its end. A
     progress bar rewrites its line with carriage returns: only its final state is copied."""
-    lock = _forward.lock  # type: ignore[attr-defined]
-
     def write(raw: bytes) -> None:
         line = raw.rsplit(b"\r", 1)[-1].decode("utf-8", "replace").rstrip()
         if line:
-            with lock:
+            with _PRINT:
                 out.write(f"{prefix}{line}\n")
                 out.flush()
 
@@ -121,9 +126,6 @@ def _forward(stream: IO[bytes], prefix: str, out: IO[str]) -> None:
         for raw in lines:
             write(raw)
     write(buf)
-
-
-_forward.lock = threading.Lock()  # type: ignore[attr-defined]
 
 
 def _start(p: Pipeline, overrides: list[str], width: int | None) -> None:
@@ -155,13 +157,13 @@ def _wait(p: Pipeline) -> int:
 
 def run(experiments: Sequence[str], overrides: Sequence[str], *, parallel: bool = False,
         runs_root: str = "runs") -> int:
-    shared, _ = split_overrides(overrides)
+    shared = shared_overrides(overrides)
     # The pipelines join the cluster hosted here, wherever the user pointed it.
     overrides = [o for o in overrides if not o.startswith("cluster.address=")]
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    pipelines = [Pipeline(e, f"{runs_root.rstrip('/')}/{e}/{stamp}") for e in experiments]
+    pipelines = [Pipeline(e, f"{runs_root.rstrip('/')}/{e}/{stamp}", overrides) for e in experiments]
     started = time.perf_counter()
-    _, joined = _host(shared)
+    joined = [_host(shared)]
     mode = "at once" if parallel else "one after another"
     print(f"demo: {len(pipelines)} pipeline(s) {mode}, sharing this cluster and server:", flush=True)
     width = max(len(e) for e in experiments)

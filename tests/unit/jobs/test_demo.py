@@ -10,14 +10,15 @@ import os
 import pytest
 
 from jobs.core.configfiles import ConfigError
-from jobs.demo import _forward, main, split_overrides
+from jobs.demo import Pipeline, _forward, main, shared_overrides
 
 
-def test_the_cluster_and_server_overrides_are_the_demos_and_every_one_goes_on():
-    shared, rest = split_overrides(["serving.port=8210", "dataset.limit=1", "cluster.num_cpus=2", "verbose=true",
-                                    "+foo=1"])
+def test_the_cluster_and_server_overrides_are_the_demos_and_a_resume_gives_every_one_again():
+    shared = shared_overrides(["serving.port=8210", "dataset.limit=1", "cluster.num_cpus=2", "verbose=true", "+foo=1"])
     assert shared == ["serving.port=8210", "cluster.num_cpus=2", "verbose=true"]
-    assert rest == ["dataset.limit=1", "+foo=1"]
+    p = Pipeline("arena_demo", "runs/arena_demo/20261126-1", ["dataset.limit=1", "serving.port=8210"])
+    assert p.resume == ("python -m jobs.pipeline experiment=arena_demo run_dir=runs/arena_demo/20261126-1 "
+                        "dataset.limit=1 serving.port=8210")
 
 
 @pytest.mark.parametrize("bad, says", [("run_dir=/tmp/x", "runs/<experiment>/<time>"),
@@ -25,7 +26,7 @@ def test_the_cluster_and_server_overrides_are_the_demos_and_every_one_goes_on():
                                        ("--verbose", "key=value"), ("limit", "key=value")])
 def test_a_run_dir_or_a_non_override_is_refused_by_name(bad, says):
     with pytest.raises(ConfigError) as err:
-        split_overrides(["dataset.limit=1", bad])
+        shared_overrides(["dataset.limit=1", bad])
     assert says in str(err.value)
 
 
