@@ -244,9 +244,7 @@ async def _one_turn(client: ChatClient, spec: DialogueSpec, params: GenerationPa
     regenerations = 0
     while True:
         messages = build_messages(spec, role, turns, turn, notes)
-        key = f"{spec.dialogue_id}#{turn}" + (f"/r{regenerations}" if regenerations else "")
-        sampled = params if not regenerations or params.seed is None else \
-            params.model_copy(update={"seed": params.seed + regenerations})
+        key, sampled = _retry(f"{spec.dialogue_id}#{turn}", params, regenerations)
         res = await client.chat(agent.model, messages, sampled, sensitivity=sensitivity, request_key=key)
         result.calls += 1
         attempts += res.attempts
@@ -282,6 +280,16 @@ async def _one_turn(client: ChatClient, spec: DialogueSpec, params: GenerationPa
         return row
 
 
+def _retry(key: str, params: GenerationParams, regenerations: int) -> tuple[str, GenerationParams]:
+    """The request key and sampling of a call's `regenerations`-th retry: `<key>/rN`, sampled with
+    the seed plus N (an engine that honors the seed answers the same messages under the same seed
+    with the same text, so a retry under the first seed would come back as empty)."""
+    if not regenerations:
+        return key, params
+    sampled = params if params.seed is None else params.model_copy(update={"seed": params.seed + regenerations})
+    return f"{key}/r{regenerations}", sampled
+
+
 def _step_row(name: str, text: str | None, attempts: int, prompt_tokens: int | None, completion_tokens: int | None,
               latency_s: float, finish_reason: str | None) -> dict[str, Any]:
     return {"name": name, "text": text, "attempts": attempts, "prompt_tokens": prompt_tokens,
@@ -308,11 +316,9 @@ async def _revise(client: ChatClient, spec: DialogueSpec, agent: AgentSpec, para
         last = k == len(agent.revisions) - 1
         regenerations = 0
         while True:
-            # An empty answer is asked again under the next seed, as a draft is (the same messages
-            # under the same seed come back empty again); every call keeps its own step row.
-            key = f"{spec.dialogue_id}#{turn}/{step.name}" + (f"/r{regenerations}" if regenerations else "")
-            sampled = params if not regenerations or params.seed is None else \
-                params.model_copy(update={"seed": params.seed + regenerations})
+            # An empty answer is asked again under the next seed, as a draft is; every call keeps
+            # its own step row.
+            key, sampled = _retry(f"{spec.dialogue_id}#{turn}/{step.name}", params, regenerations)
             res = await client.chat(agent.model, messages, sampled, sensitivity=sensitivity, request_key=key)
             result.calls += 1
             row["attempts"] += res.attempts
