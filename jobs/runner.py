@@ -34,6 +34,9 @@ from jobs.core.store import TableStore
 from jobs.staged import Staged, StagedRows, Unstageable, remove_staged, stage_rows
 
 
+# A stage of at most this many rows hands Ray Data its blocks from memory, not staged on disk
+# (`_source`).
+IN_MEMORY_ROWS = 1024
 # How long a stage waits for all its workers before failing with Ray Data's message that the
 # cluster lacks the resources for them.
 WAIT_FOR_WORKERS_S = 600
@@ -185,14 +188,14 @@ def run_stage(
     # queued behind them; Ray Data submits up to 2 x max_concurrency tasks per actor.
     per_worker_rows = math.ceil(rows_in_flight / workers)
     max_concurrency = max(2, math.ceil(2 * per_worker_rows / rows_per_task))
-    source, staged = _source(ray, rows, rows_per_task, store.dir.parent, desc)
+    source, batch_format, staged = _source(ray, rows, rows_per_task, store.dir.parent, desc)
     try:
         with warnings.catch_warnings():
             # `max_restarts` has no named parameter in Ray 2.60; its actor pool documents
             # `map_batches(..., max_restarts=0)` as the way to disable restarts.
             warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
             kwargs = {**stage_kwargs, "sink_name": sink_name, "sink_every_s": min(flush_every_s, SINK_EVERY_S)}
-            ds = _map_stage(ray, source, "pandas" if staged is None else "pyarrow", stage_cls, kwargs,
+            ds = _map_stage(ray, source, batch_format, stage_cls, kwargs,
                             workers, max_concurrency, worker_num_cpus)
         with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar:
             collector = Collector(store, sink, flush_every_s=flush_every_s, bar=bar, counter=_with_reasons(counter))
@@ -209,18 +212,26 @@ def run_stage(
 
 
 def _source(ray: Any, rows: pd.DataFrame | Staged, rows_per_task: int, run_dir: Path,
-            desc: str) -> tuple[Any, Path | None]:
-    """The stage's input as a Ray dataset of `rows_per_task`-row blocks, and the staged file.
+            desc: str) -> tuple[Any, str, Path | None]:
+    """The stage's input as a Ray dataset of `rows_per_task`-row blocks, the blocks' batch
+    format, and the staged file to remove when the stage ends (None: nothing staged).
 
-    Staged on disk (here, or by the job ahead: `Staged`) and read by Ray Data's tasks
-    (`jobs.staged`), so the driver's memory does not grow with the rows; in memory
-    (`from_pandas`) when a column mixes types Arrow cannot hold.
+    A stage of up to `IN_MEMORY_ROWS` rows goes in memory (`from_arrow`; `from_pandas` when a
+    column mixes types Arrow cannot hold): at ~1 KB a row the driver holds at most a megabyte,
+    and no read task has to wait for a worker process of its own, a second or more on a busy
+    2-core node, once per stage (docs/benchmarks.md, `make demo`). Larger stages are staged on
+    disk (here, or by the job ahead: `Staged`) and read by Ray Data's tasks (`jobs.staged`), so
+    the driver's memory does not grow with the rows.
     """
+    if len(rows) <= IN_MEMORY_ROWS:
+        blocks, batch_format = memory_blocks(rows, rows_per_task)
+        source = ray.data.from_arrow(blocks) if batch_format == "pyarrow" else ray.data.from_pandas(blocks)
+        return source, batch_format, rows.path if isinstance(rows, Staged) else None
     try:
         path = rows.path if isinstance(rows, Staged) else stage_rows(rows, run_dir, desc, rows_per_task)
     except Unstageable:
-        frames = [rows.iloc[i : i + rows_per_task] for i in range(0, len(rows), rows_per_task)]
-        return ray.data.from_pandas(frames), None
+        frames, batch_format = memory_blocks(rows, rows_per_task)
+        return ray.data.from_pandas(frames), batch_format, None
     # num_cpus=0: a read takes milliseconds and must never wait behind the model-call workers
     # and Serve replicas for a CPU slot (on 2 cores they hold them all). concurrency=1: with no
     # CPU to wait for, Ray starts a worker process per read task in flight (42 processes, a
@@ -228,7 +239,19 @@ def _source(ray: Any, rows: pd.DataFrame | Staged, rows_per_task: int, run_dir: 
     # The source's own read tasks (`StagedRows.num_reads`): no split into smaller blocks.
     staged = StagedRows(path)
     return ray.data.read_datasource(staged, num_cpus=0, concurrency=1,
-                                    override_num_blocks=staged.num_reads), path
+                                    override_num_blocks=staged.num_reads), "pyarrow", path
+
+
+def memory_blocks(rows: pd.DataFrame | Staged, rows_per_task: int) -> tuple[list, str]:
+    """`rows` as in-memory blocks of `rows_per_task` rows, in order, and their batch format:
+    Arrow tables ("pyarrow", rows reach the stage as `to_pylist` dicts, as from staged rows),
+    or frames ("pandas") when a column mixes types Arrow cannot hold."""
+    frame = rows.frame() if isinstance(rows, Staged) else rows.reset_index(drop=True)
+    frames = [frame.iloc[i : i + rows_per_task] for i in range(0, len(frame), rows_per_task)]
+    try:
+        return [pa.Table.from_pandas(f, preserve_index=False) for f in frames], "pyarrow"
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return frames, "pandas"
 
 
 def _map_stage(ray: Any, source: Any, batch_format: str, stage_cls: type, kwargs: dict[str, Any],

@@ -1,4 +1,5 @@
-"""A stage's planned rows, staged on disk and read back by Ray Data's own tasks.
+"""A stage's planned rows, staged on disk and read back by Ray Data's own tasks (a stage of more
+than `jobs.runner.IN_MEMORY_ROWS` rows; a smaller one goes to Ray Data from memory).
 
 The driver writes the rows a stage will process to Parquet in slices, a row group per
 `rows_per_task` rows, and Ray Data reads the row groups back in read tasks on the driver's node

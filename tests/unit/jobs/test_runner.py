@@ -116,3 +116,31 @@ def test_a_killed_runs_staged_file_is_removed_by_the_next_stage_a_live_ones_kept
         f.write_bytes(b"x")
     mine = stage_rows(pd.DataFrame({"x": [1, 2]}), tmp_path, "generate", rows_per_task=2)
     assert sorted(p.name for p in folder.iterdir()) == sorted([live.name, other_host.name, mine.name])
+
+
+def test_a_small_stages_rows_become_in_memory_blocks_in_order(tmp_path):
+    """Up to `IN_MEMORY_ROWS` rows go to Ray Data as in-memory blocks, with no read task (and
+    its worker process) per stage: blocks of rows_per_task rows, in order, whatever the frame's
+    index; rows staged ahead come back the same; a column Arrow cannot type stays in frames."""
+    import pyarrow as pa
+
+    from jobs.runner import IN_MEMORY_ROWS, memory_blocks
+    from jobs.staged import StageWriter
+
+    rows = pd.DataFrame({"context_id": [f"c{i}" for i in range(7)], "n": range(7)}, index=range(50, 57))
+    blocks, fmt = memory_blocks(rows, rows_per_task=3)
+    assert fmt == "pyarrow" and all(isinstance(b, pa.Table) for b in blocks)
+    assert [b.num_rows for b in blocks] == [3, 3, 1]
+    assert [r["context_id"] for b in blocks for r in b.to_pylist()] == [f"c{i}" for i in range(7)]
+    assert "__index_level_0__" not in blocks[0].column_names
+
+    writer = StageWriter(tmp_path, "judge", 3, pa.Schema.from_pandas(rows, preserve_index=False))
+    writer.write(rows)
+    staged = writer.close()
+    again, fmt = memory_blocks(staged, rows_per_task=4)
+    assert fmt == "pyarrow" and [b.num_rows for b in again] == [4, 3]
+    assert [r["n"] for b in again for r in b.to_pylist()] == list(range(7))
+
+    mixed, fmt = memory_blocks(pd.DataFrame({"x": [1, "a", None]}), rows_per_task=2)
+    assert fmt == "pandas" and [list(f["x"]) for f in mixed] == [[1, "a"], [None]]
+    assert 1 <= IN_MEMORY_ROWS <= 4096  # at ~1 KB a row, a few MB of the driver at most
