@@ -19,7 +19,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from cluster.connect import connect
-from jobs.core.collect import Collector, RowSink, raise_on_sigterm
+from jobs.core.collect import Collector, raise_on_sigterm, sink_for_driver
 from jobs.core.joblog import follow_ray
 from jobs.core.preflight import check_endpoints, check_keys
 from jobs.config import RunConfig
@@ -182,8 +182,8 @@ def run_stage(
     # Calls start when every worker is up, not on the first one while the others still import:
     # with one worker ahead, a short stage's rows crowd onto it (Ray's default starts at once).
     ctx.wait_for_min_actors_s = WAIT_FOR_WORKERS_S
-    sink_name = f"rowsink-{uuid.uuid4().hex[:12]}"
-    sink = ray.remote(num_cpus=0)(RowSink).options(name=sink_name).remote()
+    sink, sink_name = sink_for_driver(ray)
+    channel = f"{desc}-{uuid.uuid4().hex[:12]}"
     # Each worker must hold enough batches to keep `rows_in_flight` calls open with spare rows
     # queued behind them; Ray Data submits up to 2 x max_concurrency tasks per actor.
     per_worker_rows = math.ceil(rows_in_flight / workers)
@@ -194,11 +194,13 @@ def run_stage(
             # `max_restarts` has no named parameter in Ray 2.60; its actor pool documents
             # `map_batches(..., max_restarts=0)` as the way to disable restarts.
             warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
-            kwargs = {**stage_kwargs, "sink_name": sink_name, "sink_every_s": min(flush_every_s, SINK_EVERY_S)}
+            kwargs = {**stage_kwargs, "sink_name": sink_name, "sink_channel": channel,
+                      "sink_every_s": min(flush_every_s, SINK_EVERY_S)}
             ds = _map_stage(ray, source, batch_format, stage_cls, kwargs,
                             workers, max_concurrency, worker_num_cpus)
         with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar:
-            collector = Collector(store, sink, flush_every_s=flush_every_s, bar=bar, counter=_with_reasons(counter))
+            collector = Collector(store, sink, flush_every_s=flush_every_s, bar=bar, counter=_with_reasons(counter),
+                                  channel=channel)
             with collector.saving():
                 collector.start()
                 # The blocks carry no rows (they went to the sink): iterating drives the run.
@@ -207,7 +209,6 @@ def run_stage(
     finally:
         if staged is not None:
             remove_staged(staged)
-    ray.kill(sink)  # a named actor lives as long as its driver otherwise
     return StageResult(collector.counts["ok"], collector.counts["failed"], collector.failures, collector.saved)
 
 

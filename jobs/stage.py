@@ -62,6 +62,7 @@ class ChatStage:
 
     table: Table
     sink: Any = None  # a RowSink actor handle, set by `with_sink`
+    sink_channel: str = ""  # this stage's channel of the sink (the driver's sink serves all its stages)
     sink_every_s: float = SINK_EVERY_S
     sink_rows: int = SINK_ROWS
 
@@ -124,7 +125,7 @@ class ChatStage:
         if not self._waiting:
             return
         done, self._waiting, self._n_waiting = self._waiting, [], 0
-        await self.sink.put.remote(self._arrow(done))
+        await self.sink.put.remote(self._arrow(done), self.sink_channel)
 
     def _ensure_ticker(self) -> None:
         if self._ticker is None or self._ticker.done():
@@ -159,16 +160,18 @@ class ChatStage:
 
 
 def with_sink(stage_cls: type) -> type:
-    """`stage_cls` taking more constructor arguments, `sink` (or `sink_name`, a named actor) and
-    `sink_every_s` (how often its finished rows go there at least): every subclass keeps its own
+    """`stage_cls` taking more constructor arguments, `sink` (or `sink_name`, a named actor), its
+    `sink_channel` (the stage's, in a sink shared by the driver's stages) and `sink_every_s` (how
+    often its finished rows go there at least): every subclass keeps its own
     constructor, and the driver adds the sink without each of them naming it."""
 
     class Streaming(stage_cls):  # type: ignore[misc,valid-type]
-        def __init__(self, *args: Any, sink: Any = None, sink_name: str | None = None,
+        def __init__(self, *args: Any, sink: Any = None, sink_name: str | None = None, sink_channel: str = "",
                      sink_every_s: float | None = None, **kwargs: Any):
             super().__init__(*args, **kwargs)
             if sink_every_s is not None:
                 self.sink_every_s = sink_every_s
+            self.sink_channel = sink_channel
             if sink is None and sink_name:
                 import ray
 

@@ -29,24 +29,53 @@ from jobs.core.preflight import FailureSummary
 from jobs.core.schemas import STATUS_OK
 from jobs.core.store import TableStore, rescue
 
-__all__ = ["Collector", "Interrupted", "RowSink", "WriteFailed", "interrupt_signals", "raise_on_sigterm"]
+__all__ = ["Collector", "Interrupted", "RowSink", "WriteFailed", "interrupt_signals", "raise_on_sigterm",
+           "sink_for_driver"]
 
 rows_log = logging.getLogger("jobs.rows")  # per-row errors: the job's log file, not the console
 
 
 class RowSink:
     """A Ray actor (wrapped with `ray.remote` by the driver): finished rows wait here until the
-    driver takes them. No CPU: it only holds references."""
+    driver takes them. No CPU: it only holds references.
+
+    One per driver, shared by its stages (`sink_for_driver`): a stage's workers put under the
+    stage's own channel and its `Collector` takes that channel only, so a stage starts no actor
+    process of its own for its rows (on a busy 2-core node a process costs a second or more).
+    `close` hands back a channel's last tables and drops whatever is put there later (a worker
+    of a stage that was stopped), which the stage would not have kept either."""
 
     def __init__(self) -> None:
-        self._tables: list[pa.Table] = []
+        self._tables: dict[str, list[pa.Table]] = {}
+        self._closed: set[str] = set()
 
-    def put(self, table: pa.Table) -> None:
-        self._tables.append(table)
+    def put(self, table: pa.Table, channel: str = "") -> None:
+        if channel not in self._closed:
+            self._tables.setdefault(channel, []).append(table)
 
-    def take(self) -> list[pa.Table]:
-        out, self._tables = self._tables, []
+    def take(self, channel: str = "") -> list[pa.Table]:
+        out = self._tables.get(channel, [])
+        if out:
+            self._tables[channel] = []
         return out
+
+    def close(self, channel: str = "") -> list[pa.Table]:
+        self._closed.add(channel)
+        return self._tables.pop(channel, [])
+
+
+def sink_for_driver(ray: Any) -> tuple[Any, str]:
+    """This driver's `RowSink` actor and its name (how workers find it), started by its first
+    stage and kept for the next ones (it ends with the driver): named after the driver's job, so
+    drivers sharing a cluster each have their own."""
+    name = f"rowsink-{ray.get_runtime_context().get_job_id()}"
+    if name not in _SINKS:
+        # Held here: Ray ends an actor that is not detached, named or not, with its last handle.
+        _SINKS[name] = ray.remote(num_cpus=0)(RowSink).options(name=name, get_if_exists=True).remote()
+    return _SINKS[name], name
+
+
+_SINKS: dict[str, Any] = {}  # this driver's sink, by name (one per job; a new cluster is a new job)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -101,9 +130,10 @@ class Collector:
     """Driver side of the sink: take rows, count them, write them, never drop them."""
 
     def __init__(self, store: TableStore, sink: Any, *, flush_every_s: float, bar: Any,
-                 counter: Callable[[pa.Table], Any]):
+                 counter: Callable[[pa.Table], Any], channel: str = ""):
         self.store = store
         self.sink = sink
+        self.channel = channel  # the stage's channel of the sink
         self.flush_every_s = flush_every_s
         self.bar = bar
         self.counter = counter
@@ -121,7 +151,13 @@ class Collector:
         """Move what the sink holds into the pending rows; returns the input rows taken."""
         import ray  # the driver side of a Ray run only; an inline run never takes
 
-        return self.add(ray.get(self.sink.take.remote(), timeout=timeout))
+        return self.add(ray.get(self.sink.take.remote(self.channel), timeout=timeout))
+
+    def take_last(self, timeout: float = 30.0) -> int:
+        """The channel's last rows; the sink drops what its workers put there after this."""
+        import ray
+
+        return self.add(ray.get(self.sink.close.remote(self.channel), timeout=timeout))
 
     def add(self, tables: list[pa.Table]) -> int:
         """Count finished rows (tables of whole input rows' output) and keep them for the next flush."""
@@ -204,7 +240,7 @@ class Collector:
             self._thread.join(timeout=60)
         if self.sink is not None:  # None: an inline run hands its rows to `add` itself
             with contextlib.suppress(Exception):  # Ray gone (a dead cluster): keep what we hold
-                self.take()
+                self.take_last()
         for attempt in range(retries):
             self.flush()
             if not self._pending:

@@ -17,8 +17,9 @@ class _Put:
     def __init__(self, sink: "_Sink"):
         self.sink = sink
 
-    def remote(self, table: pa.Table):  # what `sink.put.remote(table)` is on a Ray actor: awaitable
+    def remote(self, table: pa.Table, channel: str = ""):  # `sink.put.remote(...)` on a Ray actor: awaitable
         self.sink.tables.append(table)
+        self.sink.channels.append(channel)
         self.sink.changed.set()
         fut = asyncio.get_running_loop().create_future()
         fut.set_result(None)
@@ -28,6 +29,7 @@ class _Put:
 class _Sink:
     def __init__(self):
         self.tables: list[pa.Table] = []
+        self.channels: list[str] = []
         self.changed = asyncio.Event()
         self.put = _Put(self)
 
@@ -99,7 +101,7 @@ def test_blocks_of_one_worker_share_puts_and_the_last_block_puts_the_rest():
     async def go():
         gates = {"5": asyncio.Event()}
         stage = _Stage(gates=gates)
-        stage.sink, stage.sink_every_s = _Sink(), 3600.0
+        stage.sink, stage.sink_every_s, stage.sink_channel = _Sink(), 3600.0, "judge-1f2e"
         slow = asyncio.ensure_future(stage(_batch(range(5, 8))))
         await stage(_batch(range(5)))  # ends while the other block is open: nothing put yet
         assert stage.sink.tables == []
@@ -109,6 +111,7 @@ def test_blocks_of_one_worker_share_puts_and_the_last_block_puts_the_rest():
 
     sink = _run(go())
     assert len(sink.tables) == 1 and sorted(sink.ids(), key=int) == [str(i) for i in range(8)]
+    assert sink.channels == ["judge-1f2e"]  # under the stage's channel of the driver's sink
 
 
 def test_a_row_that_does_not_fit_the_table_is_a_failed_row_and_its_batch_is_kept():

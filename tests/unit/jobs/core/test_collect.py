@@ -85,3 +85,22 @@ def test_a_signal_raises_interrupted_once_and_a_second_one_does_not_cut_the_save
         os.kill(os.getpid(), sig)  # a second Ctrl-C while the rows are written: a line, no raise
         assert "again: still writing the finished rows" in capsys.readouterr().out
     assert signal.getsignal(sig) == before
+
+
+def test_one_sink_serves_a_drivers_stages_each_under_its_own_channel(tmp_path):
+    """The driver's stages share one `RowSink` (no actor process per stage): each takes only its
+    channel's rows, and a channel closed at its stage's end hands back its last rows and drops
+    what a stopped stage's worker puts there later, never mixing it into the next stage."""
+    from jobs.core.collect import RowSink
+
+    store = TableStore(tmp_path, RESPONSES, writer=True)
+    a, b, late = _rows(store, "ok", "error", "ok")
+    sink = RowSink()
+    sink.put(a, "judge-1")
+    sink.put(b, "generate-2")
+    assert sink.take("judge-1") == [a] and sink.take("judge-1") == []
+    sink.put(late, "judge-1")
+    assert sink.close("judge-1") == [late]
+    sink.put(a, "judge-1")  # a worker of the ended stage, still running
+    assert sink.take("judge-1") == [] and sink.close("judge-1") == []
+    assert sink.take("generate-2") == [b] and sink.close("generate-2") == []
