@@ -217,16 +217,22 @@ def _source(ray: Any, rows: pd.DataFrame | Staged, rows_per_task: int, run_dir: 
     """The stage's input as a Ray dataset of `rows_per_task`-row blocks, the blocks' batch
     format, and the staged file to remove when the stage ends (None: nothing staged).
 
-    A stage of up to `IN_MEMORY_ROWS` rows goes in memory (`from_arrow`; `from_pandas` when a
-    column mixes types Arrow cannot hold): at ~1 KB a row the driver holds at most a megabyte,
-    and no read task has to wait for a worker process of its own, a second or more on a busy
-    2-core node, once per stage (docs/benchmarks.md, `make demo`). Larger stages are staged on
+    A stage of up to `IN_MEMORY_ROWS` rows goes in memory (`from_items` of the rows as Arrow
+    gives them; `from_pandas` when a column mixes types Arrow cannot hold): at ~1 KB a row the
+    driver holds at most a megabyte, and no read task has to wait for a worker process of its
+    own, a second or more on a busy 2-core node, once per stage (docs/benchmarks.md, `make demo`). Larger stages are staged on
     disk (here, or by the job ahead: `Staged`) and read by Ray Data's tasks (`jobs.staged`), so
     the driver's memory does not grow with the rows.
     """
     if len(rows) <= IN_MEMORY_ROWS:
         blocks, batch_format = memory_blocks(rows, rows_per_task)
-        source = ray.data.from_arrow(blocks) if batch_format == "pyarrow" else ray.data.from_pandas(blocks)
+        if batch_format == "pyarrow":
+            # `from_items` builds the blocks and their metadata here; `from_arrow` would run a
+            # remote task per block for the metadata, and that task waits for a worker process.
+            source = ray.data.from_items([r for b in blocks for r in b.to_pylist()],
+                                         override_num_blocks=len(blocks))
+        else:
+            source = ray.data.from_pandas(blocks)
         return source, batch_format, rows.path if isinstance(rows, Staged) else None
     try:
         path = rows.path if isinstance(rows, Staged) else stage_rows(rows, run_dir, desc, rows_per_task)
