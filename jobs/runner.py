@@ -35,8 +35,10 @@ from jobs.staged import Staged, StagedRows, Unstageable, remove_staged, stage_ro
 
 
 # A stage of at most this many rows hands Ray Data its blocks from memory, not staged on disk
-# (`_source`).
-IN_MEMORY_ROWS = 1024
+# (`_source`): where a stage's start is a large share of its time. Not more: on the 64-dialogue
+# benchmark an in-memory source left the calls' sustained rate ~0.1 lower (0.78-0.85 vs
+# 0.87-0.94 of the bare loop, docs/benchmarks.md, session 11; the cause is not found).
+IN_MEMORY_ROWS = 32
 # How long a stage waits for all its workers before failing with Ray Data's message that the
 # cluster lacks the resources for them.
 WAIT_FOR_WORKERS_S = 600
@@ -218,9 +220,9 @@ def _source(ray: Any, rows: pd.DataFrame | Staged, rows_per_task: int, run_dir: 
     format, and the staged file to remove when the stage ends (None: nothing staged).
 
     A stage of up to `IN_MEMORY_ROWS` rows goes in memory (`from_items` of the rows as Arrow
-    gives them; `from_pandas` when a column mixes types Arrow cannot hold): at ~1 KB a row the
-    driver holds at most a megabyte, and no read task has to wait for a worker process of its
-    own, a second or more on a busy 2-core node, once per stage (docs/benchmarks.md, `make demo`). Larger stages are staged on
+    gives them; `from_pandas` when a column mixes types Arrow cannot hold): no read task has to
+    wait for a worker process of its own, a second or more on a busy 2-core node, once per stage
+    (docs/benchmarks.md, `make demo`). Larger stages are staged on
     disk (here, or by the job ahead: `Staged`) and read by Ray Data's tasks (`jobs.staged`), so
     the driver's memory does not grow with the rows.
     """
