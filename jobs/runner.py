@@ -222,9 +222,9 @@ def _source(ray: Any, rows: pd.DataFrame | Staged, rows_per_task: int, run_dir: 
     A stage of up to `IN_MEMORY_ROWS` rows goes in memory (`from_items` of the rows as Arrow
     gives them; `from_pandas` when a column mixes types Arrow cannot hold): no read task has to
     wait for a worker process of its own, a second or more on a busy 2-core node, once per stage
-    (docs/benchmarks.md, `make demo`). Larger stages are staged on
-    disk (here, or by the job ahead: `Staged`) and read by Ray Data's tasks (`jobs.staged`), so
-    the driver's memory does not grow with the rows.
+    (docs/benchmarks.md, `make demo`). Larger stages are staged on disk (here, or by the job
+    ahead: `Staged`) and read by Ray Data's tasks (`jobs.staged`), so the driver's memory does
+    not grow with the rows.
     """
     if len(rows) <= IN_MEMORY_ROWS:
         blocks, batch_format = memory_blocks(rows, rows_per_task)

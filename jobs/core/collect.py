@@ -68,14 +68,18 @@ def sink_for_driver(ray: Any) -> tuple[Any, str]:
     """This driver's `RowSink` actor and its name (how workers find it), started by its first
     stage and kept for the next ones (it ends with the driver): named after the driver's job, so
     drivers sharing a cluster each have their own."""
-    name = f"rowsink-{ray.get_runtime_context().get_job_id()}"
-    if name not in _SINKS:
+    context = ray.get_runtime_context()
+    name = f"rowsink-{context.get_job_id()}"
+    # A process may join a second cluster after the first (tests do), whose first job has the
+    # same id: the node's id tells the clusters apart.
+    key = (context.get_node_id(), name)
+    if key not in _SINKS:
         # Held here: Ray ends an actor that is not detached, named or not, with its last handle.
-        _SINKS[name] = ray.remote(num_cpus=0)(RowSink).options(name=name, get_if_exists=True).remote()
-    return _SINKS[name], name
+        _SINKS[key] = ray.remote(num_cpus=0)(RowSink).options(name=name, get_if_exists=True).remote()
+    return _SINKS[key], name
 
 
-_SINKS: dict[str, Any] = {}  # this driver's sink, by name (one per job; a new cluster is a new job)
+_SINKS: dict[tuple[str, str], Any] = {}  # this driver's sink on each cluster it joined
 
 
 class Interrupted(KeyboardInterrupt):
