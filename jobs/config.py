@@ -53,6 +53,9 @@ class RunConfig(StrictModel):
     method: str | None = Field(
         None, description="The evaluation method the experiment belongs to (its analysis package)."
     )
+    setup: str | None = Field(
+        None, description="What the experiment is, in words (e.g. the paper's setup or an open-model variant of "
+        "it): recorded in RUN_DIR/run.json and shown at the top of the report.")
     run_dir: str = Field(description="Run directory; re-running on it resumes.")
     cluster: ClusterConfig
     serving: ServingConfig

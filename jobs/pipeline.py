@@ -54,7 +54,8 @@ def run(cfg: ChainConfig) -> int:
     started = time.perf_counter()
     if not cfg.dry_run:
         # So that `analysis.report RUN_DIR` knows the method from the run directory alone.
-        write_run_record(cfg.run_dir, experiment=cfg.experiment, method=cfg.method)
+        write_run_record(cfg.run_dir, experiment=cfg.experiment, method=cfg.method,
+                         **({"setup": cfg.setup} if getattr(cfg, "setup", None) else {}))
     failed_steps: list[str] = []
     for step in cfg.steps:
         if step in runners:

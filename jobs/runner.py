@@ -53,7 +53,9 @@ def stage_workers(requested: int, models: list, blocks: int | None = None) -> in
 
 
 def plan_text(models: list, todo: pd.DataFrame, overrides: Any) -> str:
-    """What a run would do: calls and token budget per model, and what it asks the cluster for."""
+    """What a run would do: calls and token budget per model, and what it asks the cluster for.
+    A call's output budget is its row's `max_tokens` where `todo` has one (calls of one model
+    under different sampling, e.g. a dialogue's agents), else the model's after `overrides`."""
     lines = [f"  {'model':<30} {'calls':>7} {'max out tokens':>15} {'in flight':>9}  hosting"]
     gpus: dict[str, int] = {}
     for m in models:
@@ -68,7 +70,8 @@ def plan_text(models: list, todo: pd.DataFrame, overrides: Any) -> str:
                 gpus[r.accelerator_type] = gpus.get(r.accelerator_type, 0) + per * max(1, r.min_replicas)
         else:
             where = f"external API {m.base_url} (key from ${m.api_key_env})"
-        lines.append(f"  {m.name:<30} {n:>7} {n * params.max_tokens:>15,} {m.concurrency:>9}  {where}")
+        lines.append(f"  {m.name:<30} {n:>7} {_budget(todo, m.name, params.max_tokens):>15,} {m.concurrency:>9}  "
+                     f"{where}")
     if gpus:
         lines.append("  GPUs at minimum scale: " + ", ".join(f"{v} x {k}" for k, v in gpus.items()))
     # The capacity plan: tokens, GPUs and wall time at the throughput table's figures
@@ -77,8 +80,17 @@ def plan_text(models: list, todo: pd.DataFrame, overrides: Any) -> str:
     row_texts = todo[texts].fillna("").astype(str).agg(" ".join, axis=1) if texts else [""] * len(todo)
     lines.append("  capacity (input tokens estimated at 4 characters each, from the row texts; "
                  "output at max_tokens):")
-    lines += plan_lines(models, todo["model"], row_texts, overrides)
+    budgets = todo["max_tokens"] if "max_tokens" in todo.columns else None
+    lines += plan_lines(models, todo["model"], row_texts, overrides, row_max_tokens=budgets)
     return "\n".join(lines)
+
+
+def _budget(todo: pd.DataFrame, model: str, default: int) -> int:
+    """The output tokens `model`'s planned calls may take: their rows' `max_tokens`, or `default` each."""
+    mine = todo["model"] == model
+    if "max_tokens" in todo.columns:
+        return int(pd.to_numeric(todo.loc[mine, "max_tokens"]).fillna(default).sum())
+    return int(mine.sum()) * default
 
 
 def run_model_stage(

@@ -315,17 +315,24 @@ def capacity_lines(models: Iterable[ModelConfig], calls: Mapping[str, int],
 
 
 def plan_lines(models: list[ModelConfig], row_models: Iterable[str], row_texts: Iterable[str | None],
-               overrides: Any = None, table: ThroughputTable | None = None) -> list[str]:
+               overrides: Any = None, table: ThroughputTable | None = None,
+               row_max_tokens: Iterable[Any] | None = None) -> list[str]:
     """`capacity_lines` for a job's planned rows: one row per call, `row_models[i]` the model it
     goes to and `row_texts[i]` its prompt text (input tokens at 4 characters a token, the
-    template's fixed text not counted); output tokens at each model's `max_tokens` after the
-    job's `overrides` (an upper bound)."""
+    template's fixed text not counted); output tokens at `row_max_tokens[i]` where given (a call's
+    own budget), else at each model's `max_tokens` after the job's `overrides` (an upper bound)."""
     calls: dict[str, int] = {}
     tin: dict[str, int] = {}
+    tout: dict[str, int] = {}
+    default = {m.name: m.params(overrides).max_tokens for m in models}
+    budgets = iter(row_max_tokens) if row_max_tokens is not None else None
     for name, text in zip(row_models, row_texts):
         calls[name] = calls.get(name, 0) + 1
         tin[name] = tin.get(name, 0) + estimate_tokens([text])
-    tout = {m.name: calls.get(m.name, 0) * m.params(overrides).max_tokens for m in models}
+        own = next(budgets, None) if budgets is not None else None
+        own = default.get(name, 0) if own is None or own != own else int(own)  # own != own: NaN
+        tout[name] = tout.get(name, 0) + own
+    tout = {m.name: tout.get(m.name, 0) for m in models}
     return capacity_lines(models, calls, tin, tout, table) + kv_lines(models)
 
 

@@ -40,6 +40,7 @@ SESSION_ID = "session_id"
 COUNSELOR = "counselor"      # the counselor model under test
 VARIANT = "variant"          # the counselor prompt: vanilla | psycho | ...
 ITERATION = "iteration"      # 0: before optimization
+CONTROL = "control"          # True: a control re-run (`<card>|<counselor>|<variant>|ctl<k>`, no feedback)
 PARENT_SESSION_ID = "parent_session_id"
 ROUNDS_PLANNED = "rounds_planned"
 N_ROUNDS = "n_rounds"
@@ -101,6 +102,23 @@ def load_sessions(run_dir) -> pd.DataFrame | None:
 
 def load_iterations(run_dir) -> pd.DataFrame | None:
     return read_folder(run_dir, ITERATIONS_DIR, ITERATION_COLUMNS)
+
+
+# Where the loop recorded its `optimize.select` (`jobs.core.rundir.record_inputs`, job `optimize`).
+RUN_INPUTS_FILE = "run_inputs.json"
+
+
+def loop_select(run_dir) -> str | None:
+    """The loop's `optimize.select` as the run recorded it (`failed` or `all`), None when unknown.
+    It decides whether a chain can fall back: with `failed` a pass is carried forward, never re-run."""
+    import json  # local: only the report asks
+
+    try:
+        record = json.loads((Path(run_dir) / RUN_INPUTS_FILE).read_text(encoding="utf-8"))
+        value = record["optimize"]["decides"]["optimize.select"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def load_rankings(run_dir) -> pd.DataFrame | None:
@@ -175,12 +193,27 @@ def find_scales(scores: pd.DataFrame, overrides: str | Mapping[str, str] | None 
     return out
 
 
+# The tag before a session id's iteration: the feedback arm's (and iteration 0's) and the control
+# arm's (restated from `jobs.arena.schemas.ARM_TAG`, which the analysis does not import; a test
+# checks they match).
+FEEDBACK_TAG, CONTROL_TAG = "it", "ctl"
+
+
 def parse_session_id(sid: str) -> dict[str, object]:
-    """`<card>|<counselor>|<variant>|it<k>` -> its parts (the card id may itself hold `|`)."""
+    """`<card>|<counselor>|<variant>|it<k>` (or `ctl<k>`, a control re-run) -> its parts (the
+    card id may itself hold `|`)."""
     parts = str(sid).rsplit("|", 3)
-    if len(parts) != 4 or not parts[3].startswith("it") or not parts[3][2:].isdigit():
-        return {CARD_ID: None, COUNSELOR: None, VARIANT: None, ITERATION: None}
-    return {CARD_ID: parts[0], COUNSELOR: parts[1], VARIANT: parts[2], ITERATION: int(parts[3][2:])}
+    tail = parts[-1]
+    tag = CONTROL_TAG if tail.startswith(CONTROL_TAG) else FEEDBACK_TAG
+    if len(parts) != 4 or not tail.startswith(tag) or not tail[len(tag):].isdigit():
+        return {CARD_ID: None, COUNSELOR: None, VARIANT: None, ITERATION: None, CONTROL: None}
+    return {CARD_ID: parts[0], COUNSELOR: parts[1], VARIANT: parts[2], ITERATION: int(tail[len(tag):]),
+            CONTROL: tag == CONTROL_TAG}
+
+
+def is_control(session_ids: pd.Series) -> pd.Series:
+    """Which sessions are control re-runs (their id ends in `|ctl<k>`)."""
+    return session_ids.astype(str).str.contains(rf"\|{CONTROL_TAG}\d+$", regex=True)
 
 
 def session_frame(sessions: pd.DataFrame | None, results: pd.DataFrame) -> pd.DataFrame:
@@ -200,7 +233,22 @@ def session_frame(sessions: pd.DataFrame | None, results: pd.DataFrame) -> pd.Da
     frame = base.merge(res, on=SESSION_ID, how="left")
     if len(frame):
         frame[ITERATION] = pd.to_numeric(frame[ITERATION]).astype(int)
-    return frame.sort_values([COUNSELOR, VARIANT, CARD_ID, ITERATION], kind="stable").reset_index(drop=True)
+    frame[CONTROL] = is_control(frame[SESSION_ID]) if len(frame) else pd.Series(dtype=bool)
+    return frame.sort_values([COUNSELOR, VARIANT, CARD_ID, ITERATION, CONTROL],
+                             kind="stable").reset_index(drop=True)
+
+
+def feedback_arm(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame without the control re-runs: iteration 0 and the feedback arm's sessions (what
+    Table 2, Figure 4, the before / after tables and the agreement read)."""
+    return frame[~frame[CONTROL]].reset_index(drop=True) if CONTROL in frame.columns else frame
+
+
+def control_arm(frame: pd.DataFrame) -> pd.DataFrame:
+    """Iteration 0 and the control arm's re-runs, the control's ids read as plain iterations."""
+    if CONTROL not in frame.columns:
+        return frame.iloc[0:0]
+    return frame[frame[CONTROL] | frame[ITERATION].eq(0)].reset_index(drop=True)
 
 
 def load_frame(run_dir, scores: pd.DataFrame, rubrics: Mapping[str, Rubric]) -> pd.DataFrame:

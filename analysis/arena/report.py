@@ -24,13 +24,15 @@ from matplotlib.figure import Figure
 
 from analysis import figures
 from analysis.arena import agreement as ag
+from analysis.arena import control
 from analysis.arena.coverage import coverage_part
+from analysis.arena.report_loop import optimization_section
 from analysis.arena import report_table2 as rt2
 from analysis.arena import tables as tb
 from analysis.arena.data import (
     CARDS_DIR, COUNSELOR, ITERATION, ITERATIONS_DIR, LOWEST_ITEMS, OVERALL, RANKINGS_DIR, SESSIONS_DIR, VARIANT,
-    EVALUATOR_ROLE, Scales, find_scales, load_cards, load_iterations, load_rankings, load_sessions, model_label,
-    session_frame,
+    EVALUATOR_ROLE, Scales, control_arm, feedback_arm, find_scales, load_cards, load_iterations, load_rankings,
+    load_sessions, loop_select, model_label, session_frame,
 )
 from analysis.arena.passing import (
     ROLES, SUBJECT_SESSION, TOTAL, item_scores, ordered_roles, session_results, session_scores,
@@ -38,6 +40,7 @@ from analysis.arena.passing import (
 from analysis.columns import JUDGE, SUBJECT_TYPE
 from analysis.scores import load_scores, status_counts
 from analysis.writer import ReportWriter, Section
+from jobs.core.rundir import read_run_record
 
 SCALE_TITLES = {"client": "client scale", "supervisor": "supervisor scale", "counselor": "counselor self-assessment"}
 
@@ -57,7 +60,10 @@ HOW_TO_READ = (
     "with matching counseling methods from the knowledge base, lets it reflect and rewrite its prompt, re-runs "
     "the session with the same card and re-evaluates it: iteration k is the k-th re-run. A chain is one card, "
     "counselor and prompt variant with its re-runs; the pass rate at iteration k counts each chain's latest "
-    "evaluated session up to k, so a session that passed and was not optimized further stays passed."
+    "evaluated session up to k, so a session that passed and was not optimized further stays passed. A re-run "
+    "alone changes passes (the client simulator samples, the evaluator is a model), so the loop's headline is "
+    "its effect over the control arm: the same sessions re-run by the same rule with no feedback "
+    "(<code>optimize.control</code>); the feedback's gain minus the control's, with a 95% interval and a paired test."
 )
 
 
@@ -178,76 +184,6 @@ def _themes(w: ReportWriter, frame: pd.DataFrame, rubrics) -> None:
                  "counselor/variant.")
 
 
-def _lines(curves: Mapping[str, pd.DataFrame], path: Path, title: str) -> Path:
-    """One panel per measure, one line per counselor/variant: pass rate by iteration."""
-    fig = Figure(figsize=(4 * len(curves), 3.8))
-    for k, (measure, t) in enumerate(curves.items()):
-        ax = fig.add_subplot(1, len(curves), k + 1)
-        for j, col in enumerate(t.columns):
-            ax.plot(t.index, t[col], marker="o", label=col, color=figures.judge_color(j))
-        ax.set_xticks(list(t.index))
-        ax.set_ylim(-0.05, 1.05)
-        ax.set_xlabel("iteration")
-        ax.set_title(measure)
-        ax.grid(alpha=0.3)
-        if k == 0:
-            ax.set_ylabel("pass rate")
-            ax.legend(fontsize=7)
-    fig.suptitle(title)
-    return figures.save(fig, path)
-
-
-def _optimization(w: ReportWriter, frame: pd.DataFrame, items: pd.DataFrame, rubrics,
-                  iterations: pd.DataFrame | None) -> None:
-    sec = w.section("optimization", "Closed-loop optimization (Figure 4 and before / after)")
-    if frame.empty or frame[ITERATION].max() < 1:
-        w.missing(sec, "No optimized session (iteration 1 or later) in this run: the optimization loop did not run "
-                  "(iterations=0) or had nothing to improve.")
-        per = tb.pass_by_iteration(frame, rubrics) if not frame.empty else None
-        if per is not None and len(per):
-            w.table(sec, per.set_index([COUNSELOR, VARIANT, tb.MEASURE, ITERATION]), "pass_by_iteration",
-                    "Pass rate at iteration 0 per counselor, variant and scale")
-        return
-    per = tb.pass_by_iteration(frame, rubrics)
-    pooled = tb.pass_by_iteration(frame, rubrics, by=())
-    w.file_only(per, "pass_by_iteration", "Figure 4: pass rate per iteration, counselor, variant and measure")
-    overall = tb.iteration_curves(per, OVERALL)
-    overall["all chains"] = pooled[pooled[tb.MEASURE] == OVERALL].set_index(ITERATION)["pass_rate"]
-    n = pooled[pooled[tb.MEASURE] == OVERALL].set_index(ITERATION)[tb.N].rename("n chains (all)")
-    rt2.figure4_wilson_part(w, sec, per)
-    w.table(sec, overall.join(n), "figure4_overall", "Figure 4. Overall pass rate after each optimization iteration",
-            "Each chain (card x counselor x variant) counts its latest evaluated session up to iteration k; "
-            "iteration 0 is before any optimization. Per scale: tables/pass_by_iteration.csv.", digits=3)
-    curves = {m: tb.iteration_curves(per, m) for m in tb.measures(rubrics)}
-    curves = {m: t for m, t in curves.items() if not t.empty}
-    if curves:
-        w.figure(sec, _lines(curves, w.figures_dir / "figure4_pass_by_iteration.png",
-                             "Pass rate per optimization iteration"),
-                 "Figure 4. Pass rate per scale and overall after each optimization iteration, per counselor/variant.")
-    ba = tb.before_after(frame, items, rubrics)
-    chains = ba["chains"]
-    compared = chains.dropna(subset=["before_session", "after_session"]) if len(chains) else chains
-    w.text(sec, f"{len(chains)} chain(s) were optimized; {len(compared)} have a fully evaluated session at "
-                "iteration 0 and after their last iteration, and make the before / after tables.")
-    if ba["passes"].empty:
-        w.missing(sec, "No optimized chain has both sessions fully evaluated: no before / after table.")
-    else:
-        w.table(sec, ba["passes"], "optimization_pass_before_after",
-                "Pass rate of the optimized chains before (iteration 0) and after (their last iteration)",
-                digits=3)
-        w.table(sec, ba["items"], "optimization_before_after",
-                "Mean score of each item and scale total before (iteration 0) and after (last iteration), "
-                "over the optimized chains",
-                "change = after - before; n = chains with the item valid in both sessions.", digits=2)
-    rt2.mcnemar_part(w, sec, frame)
-    w.file_only(chains, "optimization_chains", "Each optimized chain: its sessions, totals and passes")
-    if iterations is not None and len(iterations):
-        fed = iterations.explode(LOWEST_ITEMS)[LOWEST_ITEMS].dropna()
-        if len(fed):
-            w.table(sec, fed.value_counts().rename(tb.N).rename_axis("item fed back").to_frame().head(15),
-                    "optimization_feedback_items", "Items fed back to the counselors most often (top 15)")
-
-
 def _agreement(w: ReportWriter, rankings: pd.DataFrame | None, frame: pd.DataFrame, rubrics) -> None:
     sec = w.section("agreement", "Agreement with human expert rankings")
     if rankings is None:
@@ -310,8 +246,10 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
     found = find_scales(scores, scales)
 
     frame = items = None
+    frame_all = None
     if found.complete:
-        frame = session_frame(sessions, session_results(scores, found.rubrics))
+        frame_all = session_frame(sessions, session_results(scores, found.rubrics))
+        frame = feedback_arm(frame_all)  # every section but the loop's effect reads iteration 0 and the feedback arm
         items = item_scores(scores, found.rubrics)
         # Raters' scale scores (the rating app, jobs.rate) count as rankings: each rater's totals
         # rank the sessions of a card, beside the imported expert rankings.
@@ -319,7 +257,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
         if len(rated):
             rankings = rated if rankings is None else pd.concat([rankings, rated], ignore_index=True)
     _cards(w, cards, run_dir)
-    _sessions(w, sessions, frame, scores)
+    _sessions(w, sessions, frame_all, scores)
     if frame is None or frame.empty:
         why = ("No session in this run: nothing to score." if found.complete else
                "The three scale rubrics are needed for every pass and score: " +
@@ -334,11 +272,13 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
         _table2(w, frame, rubrics, scores, sessions)
         _items(w, items, frame)
         _themes(w, frame, rubrics)
-        _optimization(w, frame, items, rubrics, iterations)
+        optimization_section(w, frame_all, items, rubrics, iterations, loop_select(run_dir))
         _agreement(w, rankings, frame, rubrics)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     notes = "".join(f'<p class="missing">{html.escape(p)}</p>' for p in problems)
-    header = (f'<p class="note">Generated {stamp} from <code>{html.escape(str(run_dir))}</code>; '
+    setup = read_run_record(run_dir).get("setup")
+    header = ((f'<p class="note"><b>Setup:</b> {html.escape(str(setup))}</p>' if setup else "") +
+              f'<p class="note">Generated {stamp} from <code>{html.escape(str(run_dir))}</code>; '
               f"tables as CSV and Markdown in <code>tables/</code>, figures in <code>figures/</code>. "
               f"Scales: {_scales_text(found)}.</p>{notes}"
               f'<div class="howto"><b>How to read this report.</b> {HOW_TO_READ}</div>')
@@ -356,10 +296,16 @@ def headline(run_dir: str | Path) -> dict[str, Any]:
     found = find_scales(scores)
     if not found.complete:
         return {}
-    frame = session_frame(load_sessions(run_dir), session_results(scores, found.rubrics))
+    frame_all = session_frame(load_sessions(run_dir), session_results(scores, found.rubrics))
+    frame = feedback_arm(frame_all)
     if frame.empty:
         return {}
     out: dict[str, Any] = {"arena_sessions_it0": int((frame[ITERATION] == 0).sum())}
+    effect = control.control_effect(frame_all)
+    if len(effect):  # the pooled row (or the only group's): the feedback's gain over the control's
+        row = effect.iloc[-1]
+        out.update(arena_effect=row["effect"], arena_effect_lo=row["effect_lo"], arena_effect_hi=row["effect_hi"],
+                   arena_effect_p=row["p"])
     pooled = tb.pass_by_iteration(frame, found.rubrics, by=())
     overall = pooled[pooled[tb.MEASURE] == OVERALL].set_index(ITERATION)
     last = int(frame[ITERATION].max())

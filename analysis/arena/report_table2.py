@@ -85,15 +85,29 @@ def figure4_wilson_part(w: ReportWriter, sec: Section, per: pd.DataFrame) -> Non
     w.figure(sec, path, "Figure 4. Overall pass rate per iteration with Wilson 95% intervals.")
 
 
-def mcnemar_part(w: ReportWriter, sec: Section, frame: pd.DataFrame) -> None:
-    """The paired exact McNemar test of each counselor/variant's optimized chains."""
+def mcnemar_part(w: ReportWriter, sec: Section, frame: pd.DataFrame, select: str | None,
+                 arm: str = "feedback") -> None:
+    """The paired exact McNemar test of each counselor/variant's re-run chains, before (it0) and
+    after (their last re-run) within one arm: only where a chain can go both ways (`select: all`).
+    With `select: failed` a pass is carried forward and never re-run, so no chain can fall from
+    pass to fail and the test would be one-sided by construction: a note says so instead."""
     t = t2.before_after_tests(frame)
     if t.empty:
         return
-    w.table(sec, t, "optimization_mcnemar", "Before / after optimization, paired per chain: pass rates with "
-            "Wilson 95% intervals and the exact McNemar test",
+    if select != "all":
+        w.text(sec, f"No before / after McNemar test within the {arm} arm: "
+               + ("with <code>optimize.select: failed</code> only failed sessions are re-run and a pass is carried "
+                  "forward, so no chain can go from pass to fail and the pairing is one-sided by construction. "
+                  if select == "failed" else "the run does not record its <code>optimize.select</code>, so whether "
+                  "a chain could fall back is unknown. ")
+               + "The effect over the control arm is the test of the feedback.")
+        return
+    w.table(sec, t, f"optimization_mcnemar{'' if arm == 'feedback' else '_' + arm}",
+            f"Before / after, {arm} arm, paired per re-run chain (select: all): pass rates with Wilson 95% "
+            "intervals and the exact McNemar test",
             "b: chains that failed before and pass after; c: the reverse; p_mcnemar: two-sided exact binomial "
-            "test of b against b + c (the same cards before and after, so a gain is told from noise).", digits=3)
+            "test of b against b + c. Every chain is re-run, so both directions can happen; a re-run alone also "
+            "changes passes (the simulator samples), which is what the control arm measures.", digits=3)
 
 
 def experts_part(w: ReportWriter, sec: Section, tables: dict, rankings: pd.DataFrame) -> None:

@@ -25,7 +25,7 @@ import pandas as pd
 
 from analysis.arena.data import (
     CARD_ID, CHAIN, COUNSELOR, ERROR, ITERATION, MODEL_LABEL, N_ROUNDS, OVERALL, ROUNDS_PLANNED, SESSION_ID,
-    STATUS, STOPPED_AT_ROUND, THEME, TOPIC, VARIANT, model_label,
+    STATUS, STOPPED_AT_ROUND, THEME, TOPIC, VARIANT, is_control, model_label,
 )
 from analysis.arena.passing import (
     COMPLETE, ITEM_INDEX, OVERALL_PASS, ROLE, SCORE, TOTAL, ordered_roles, pass_col, total_col,
@@ -35,6 +35,7 @@ from jobs.core.rubric import Rubric
 from jobs.core.schemas import STATUS_OK
 
 N = "n"
+ARM = "arm"  # feedback | control, in the session counts of a run with a control arm
 MEASURE = "measure"
 NO_THEME = "(no theme)"
 BEFORE, AFTER, CHANGE = "before", "after", "change"
@@ -331,12 +332,18 @@ def session_tables(sessions: pd.DataFrame, frame: pd.DataFrame | None = None) ->
     completed of those planned, where it stopped and why."""
     s = sessions.copy()
     s["ok"] = s[STATUS].eq(STATUS_OK)
-    g = s.groupby([COUNSELOR, VARIANT, ITERATION], sort=True)
+    by = [COUNSELOR, VARIANT, ITERATION]
+    if is_control(s[SESSION_ID]).any():  # a control arm: its re-runs counted apart from the feedback's
+        s[ARM] = np.where(is_control(s[SESSION_ID]), "control", "feedback")
+        by.append(ARM)
+    g = s.groupby(by, sort=True)
     counts = pd.DataFrame({N: g.size(), STATUS_OK: g["ok"].sum().astype(int)})
     counts["failed"] = counts[N] - counts[STATUS_OK]
     if frame is not None and COMPLETE in frame.columns:
         ev = frame[frame[SESSION_ID].isin(s[SESSION_ID])]
-        counts["evaluated"] = (ev.assign(e=ev[COMPLETE].eq(True)).groupby([COUNSELOR, VARIANT, ITERATION])["e"]
+        if ARM in by:
+            ev = ev.assign(**{ARM: np.where(is_control(ev[SESSION_ID]), "control", "feedback")})
+        counts["evaluated"] = (ev.assign(e=ev[COMPLETE].eq(True)).groupby(by)["e"]
                                .sum().reindex(counts.index).fillna(0).astype(int))
     failed = s[~s["ok"]][[SESSION_ID, STATUS, N_ROUNDS, ROUNDS_PLANNED, STOPPED_AT_ROUND, ERROR]].set_index(SESSION_ID)
     return {"counts": counts, "failed": failed}

@@ -2,7 +2,10 @@
 to improve, the reflection rows to ask (`plan_reflections`), and the pass counts before and after.
 `jobs.arena.optimize` runs the loop around them.
 
-A chain is one card x counselor x prompt variant with its re-runs (iteration 0, 1, ...).
+A chain is one card x counselor x prompt variant with its re-runs (iteration 0, 1, ...). With a
+control arm (`optimize.control`) each chain has two lines of re-runs from the same iteration-0
+session: the feedback arm's (`it<k>`) and the control arm's (`ctl<k>`), each selected by the same
+rule from its own latest session.
 """
 
 from __future__ import annotations
@@ -14,13 +17,13 @@ import pandas as pd
 from analysis.arena.passing import COMPLETE, OVERALL_PASS, item_scores
 from jobs.arena.feedback import build_feedback
 from jobs.arena.reflect import FEEDBACK_SLOT, ReflectStage
-from jobs.arena.schemas import SUBJECT_SESSION, session_id
+from jobs.arena.schemas import ARM_CONTROL, ARM_FEEDBACK, MODE_CONTROL, SUBJECT_SESSION, session_id
 from jobs.dialogue import strictest
 from jobs.dialogue.engine import render
 from jobs.core.rubric import Rubric
 from jobs.core.schemas import STATUS_OK
 
-__all__ = ["CHAIN", "NO_METHODS", "after_passes", "chain_states", "pass_counts", "plan_reflections", "select_parents"]
+__all__ = ["CHAIN", "NO_METHODS", "after_passes", "chain_states", "in_arm", "pass_counts", "plan_reflections", "select_parents"]
 
 CHAIN = ("card_id", "counselor", "variant")
 NO_METHODS = "(no method suggested)"
@@ -29,16 +32,28 @@ NO_METHODS = "(no method suggested)"
 # --- choosing what to improve ---------------------------------------------------------------------
 
 
+def in_arm(sessions: pd.DataFrame, arm: str) -> pd.Series:
+    """Which sessions belong to `arm`'s chains: iteration 0 (the first session of both arms) and
+    that arm's re-runs (the control's have mode `control`; every other re-run is the feedback's)."""
+    if arm not in (ARM_FEEDBACK, ARM_CONTROL):
+        raise ValueError(f"arm {arm!r}: {ARM_FEEDBACK!r} or {ARM_CONTROL!r}")
+    control = sessions["mode"].eq(MODE_CONTROL) if "mode" in sessions.columns else pd.Series(False, sessions.index)
+    first = sessions["iteration"].astype(int).eq(0)
+    return first | (control if arm == ARM_CONTROL else ~control)
+
+
 def chain_states(sessions: pd.DataFrame, results: pd.DataFrame, before: int, models: list[str] | None = None,
-                 variants: list[str] | None = None, card_ids: set[str] | None = None) -> pd.DataFrame:
-    """Each chain's latest session of an iteration below `before`: the SESSIONS columns plus
-    `complete` and `overall_pass` (from `session_results`) and `usable` (status ok and fully
-    evaluated). Only the chains of `models`, `variants` and `card_ids` when given."""
+                 variants: list[str] | None = None, card_ids: set[str] | None = None,
+                 arm: str = ARM_FEEDBACK) -> pd.DataFrame:
+    """Each chain's latest session of an iteration below `before` in `arm` (its own re-runs and
+    iteration 0): the SESSIONS columns plus `complete` and `overall_pass` (from
+    `session_results`) and `usable` (status ok and fully evaluated). Only the chains of `models`,
+    `variants` and `card_ids` when given."""
     s = sessions
     if s.empty:
         return s.assign(complete=pd.Series(dtype=bool), overall_pass=pd.Series(dtype="boolean"),
                         usable=pd.Series(dtype=bool))
-    keep = s["iteration"].astype(int) < before
+    keep = (s["iteration"].astype(int) < before) & in_arm(s, arm)
     if models is not None:
         keep &= s["counselor"].isin(models)
     if variants is not None:

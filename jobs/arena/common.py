@@ -60,6 +60,12 @@ class ArenaRunConfig(RunConfig):
     generation: GenerationOverrides = Field(
         default_factory=GenerationOverrides, description="Overrides of the counselors' sampling."
     )
+    reasoning_budget: int | None = Field(
+        2048, ge=1,
+        description="The least max_tokens of a counselor that reasons (its model file strips a <think> trace): the "
+        "trace comes before every turn and counts against the budget, so a budget sized for the answer alone "
+        "(the R1 distills' and Qwen3's 512, MentalBench's setting) ends turns inside the trace, empty. A model "
+        "whose own budget is larger keeps it. None: every counselor at its file's and `generation`'s budget.")
     client_generation: GenerationOverrides = Field(
         default_factory=GenerationOverrides, description="Overrides of the client simulator's sampling."
     )
@@ -90,6 +96,15 @@ class ArenaRunConfig(RunConfig):
                 raise ValueError(f"evaluator: one model per role needs exactly the roles {sorted(self.scales)} "
                                  f"(lacks {lacking}, unknown {unknown}); or give one model for all three")
         return self
+
+    def counselor_generation(self, model) -> dict:
+        """The overrides a counselor's turns are sent with: `generation`, with `max_tokens` raised to
+        `reasoning_budget` for a model that reasons and would otherwise get less. One source for
+        the sessions and the dry run's plan."""
+        gen = self.generation.as_dict()
+        if self.reasoning_budget and model.reasoning.strip and model.params(gen).max_tokens < self.reasoning_budget:
+            gen["max_tokens"] = self.reasoning_budget
+        return gen
 
     def evaluators(self, role: str, counselor: str) -> list[str]:
         """Who fills in `role`'s scale for a session of `counselor` (see `evaluator`, `judges`,

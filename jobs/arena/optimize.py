@@ -23,8 +23,17 @@ The method, as the code runs it (the paper's closed-loop optimization), for k = 
    With `mode: prompt` instead, the counselor reads `reflect.txt` (its system prompt, the
    transcript, the feedback, the guides), answers JSON {reflection, revised_prompt}, and the new
    session runs with the rewritten prompt and no per-turn calls;
-4. the new sessions are evaluated on the three scales (`jobs.arena.evaluate.evaluate_sessions`);
-5. one line: sessions re-run and the chains' pass rate before and after the iteration.
+   With `optimize.control` (on in `experiment=arena`), the control arm runs beside it: each
+   chain's control line (iteration 0, then its `ctl<k>` re-runs) is selected by the same rule
+   from its own latest session, and the selected ones are run again as `<card>|<counselor>|
+   <variant>|ctl<k>` with the variant's own prompt, the same rounds, sampling and client
+   simulator, and no feedback (mode `control`, no ITERATIONS row);
+4. the new sessions (both arms) are evaluated on the three scales (`evaluate_sessions`);
+5. one line per arm: sessions re-run and the chains' pass rate before and after the iteration.
+   Why the control: the client simulator samples and the evaluator is a model, so a failed
+   session re-run with no feedback at all often passes, and with `select: failed` a pass is
+   carried forward: the feedback arm's pass rate can only rise. The feedback's effect is its
+   gain over the control's (`analysis.arena.control`).
 
 Everything is keyed (ITERATIONS and SESSIONS by session id, scores by session, evaluator and
 scale), so an interrupted loop resumes at its last finished iteration: what is written is
@@ -52,7 +61,7 @@ from jobs.arena.evaluate import EvaluateConfig
 from jobs.arena.knowledge import load_knowledge_base
 from jobs.arena.optimize_plan import print_plan
 from jobs.arena.reflect import ReflectStage
-from jobs.arena.schemas import CARDS, ITERATIONS, SESSIONS
+from jobs.arena.schemas import ARM_CONTROL, ARM_FEEDBACK, CARDS, ITERATIONS, MODE_CONTROL, SESSIONS, session_id
 from jobs.arena.sessions import SessionsConfig
 from jobs.dialogue import strictest
 from jobs.core.preflight import FailureSummary, summarize
@@ -107,6 +116,13 @@ class OptimizeSettings(BaseModel):
     feedback_generation: GenerationOverrides = Field(
         default_factory=lambda: GenerationOverrides(temperature=0.0, max_tokens=600),
         description="The feedback writer's sampling.")
+    control: bool = Field(
+        False, description="Run a control arm beside the feedback: in each iteration, the sessions its own chains "
+        "select by the same rule (`select`, `variants`, `max_sessions`) are run again with the same card, counselor, "
+        "prompt variant, rounds, sampling and client simulator and *no* feedback (`<card>|<counselor>|<variant>|ctl<k>`, "
+        "mode `control`), and evaluated the same way. The client simulator samples and the evaluator is a model, so a "
+        "failed session re-run alone often passes: the report's effect of the feedback is its gain minus the "
+        "control's, over every chain.")
     mode: Literal["response", "prompt"] = Field(
         "response", description="`response` (the paper): the session restarts and every counselor turn is drafted, "
         "reflected on with the feedback and the methods, and rewritten; the client answers the rewrite. `prompt` "
@@ -222,16 +238,16 @@ def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids:
     settings = cfg.optimize
     scores = read_table(run_dir, SCORES)
     sessions = read_table(run_dir, SESSIONS)
-    before = chain_states(sessions, session_results(scores, rubrics), k, cfg.models, cfg.variants, card_ids)
-    parents = select_parents(before, settings.select)
-    if settings.variants is not None and not parents.empty:
-        parents = parents[parents["variant"].isin(settings.variants)]
-    if settings.max_sessions is not None:
-        parents = parents.head(settings.max_sessions)  # chain order: the same sessions on a re-run
+    results = session_results(scores, rubrics)
+    states = {arm: chain_states(sessions, results, k, cfg.models, cfg.variants, card_ids, arm=arm)
+              for arm in (ARM_FEEDBACK, *((ARM_CONTROL,) if settings.control else ()))}
+    before = states[ARM_FEEDBACK]
+    parents = _selected(states[ARM_FEEDBACK], settings)
+    controls = _selected(states[ARM_CONTROL], settings) if settings.control else parents.iloc[0:0]
     store = TableStore(run_dir, ITERATIONS, writer=True)
     written = store.read()
     pending = written[written["iteration"].eq(k) & written["status"].eq(STATUS_OK)] if not written.empty else written
-    if parents.empty and pending.empty:
+    if parents.empty and pending.empty and controls.empty:
         passed, usable = pass_counts(before)
         waiting = int((~before["usable"]).sum()) if not before.empty else 0
         print(f"optimize: iteration {k}: no session left to optimize ({passed} of {usable} evaluated chains "
@@ -280,11 +296,14 @@ def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids:
         mode=settings.mode, feedback=r["feedback"] if response else None,
         methods=(kb.guide_text([kb.method(m) for m in r["methods"]]) or NO_METHODS) if response else None)
         for r in ok.to_dict("records")]
+    plans += control_plans(controls, k, prompts)
     status_of = dict(zip(sessions["session_id"], sessions["status"])) if not sessions.empty else {}
     to_run = [p for p in plans if p.session_id not in status_of
               or (cfg.retry_failed and status_of[p.session_id] != STATUS_OK)]
-    print(f"sessions it{k}: {len(to_run)} session(s) to run "
-          f"{'rewriting every counselor response' if response else 'with a rewritten prompt'}, "
+    n_control = sum(p.mode == MODE_CONTROL for p in to_run)
+    print(f"sessions it{k}: {len(to_run) - n_control} session(s) to run "
+          f"{'rewriting every counselor response' if response else 'with a rewritten prompt'}"
+          f"{f' and {n_control} control re-run(s) with no feedback' if settings.control else ''}, "
           f"{len(plans) - len(to_run)} already written", flush=True)
     if to_run:
         res = sessions_step.run_sessions(to_run, cards, cfg, desc=f"sessions it{k}")
@@ -304,9 +323,34 @@ def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids:
     # (5) before and after, over the chains that had an evaluated session before
     scores = read_table(run_dir, SCORES)
     sessions = read_table(run_dir, SESSIONS)
-    after = chain_states(sessions, session_results(scores, rubrics), k + 1, cfg.models, cfg.variants, card_ids)
-    x, y = pass_counts(before)
-    x2 = after_passes(before, after, k)
-    rerun = int((after["usable"] & after["iteration"].eq(k)).sum()) if not after.empty else 0
-    print(f"optimize: iteration {k}: {rerun} sessions re-run, pass rate before {x}/{y} after {x2}/{y}", flush=True)
+    results = session_results(scores, rubrics)
+    for arm, prior in states.items():
+        after = chain_states(sessions, results, k + 1, cfg.models, cfg.variants, card_ids, arm=arm)
+        x, y = pass_counts(prior)
+        x2 = after_passes(prior, after, k)
+        rerun = int((after["usable"] & after["iteration"].eq(k)).sum()) if not after.empty else 0
+        what = "" if arm == ARM_FEEDBACK else " (control arm: no feedback)"
+        print(f"optimize: iteration {k}{what}: {rerun} sessions re-run, pass rate before {x}/{y} after {x2}/{y}",
+              flush=True)
     return _worst(codes)
+
+
+def _selected(states: pd.DataFrame, settings: OptimizeSettings) -> pd.DataFrame:
+    """The chains' latest sessions an iteration re-runs: `select`, then `variants` and the
+    `max_sessions` budget (in chain order, so a re-run picks the same ones)."""
+    parents = select_parents(states, settings.select)
+    if settings.variants is not None and not parents.empty:
+        parents = parents[parents["variant"].isin(settings.variants)]
+    if settings.max_sessions is not None:
+        parents = parents.head(settings.max_sessions)
+    return parents.reset_index(drop=True)
+
+
+def control_plans(parents: pd.DataFrame, k: int, prompts: dict[str, str]) -> list[sessions_step.SessionPlan]:
+    """The control arm's re-runs of iteration k: each selected chain again with its variant's own
+    system prompt (the iteration-0 session's), plain turns and no feedback."""
+    return [sessions_step.SessionPlan(
+        session_id=session_id(str(r["card_id"]), r["counselor"], r["variant"], k, arm=ARM_CONTROL),
+        card_id=str(r["card_id"]), counselor=r["counselor"], variant=r["variant"], iteration=k,
+        parent_session_id=r["session_id"], counselor_prompt=prompts[r["variant"]], mode=MODE_CONTROL)
+        for r in parents.to_dict("records")]

@@ -36,7 +36,8 @@ def planned_chains(cfg: Any, run_dir: Path) -> int | None:
 
 def print_plan(cfg: Any, run_dir: Path, counselors: dict[str, Any], writer: str | None = None) -> int:
     """A dry run: at most every chain re-run in every iteration (with `select: failed`, only the
-    sessions that failed are): calls per iteration, then tokens and GPUs per kind of call."""
+    sessions that failed are), in each arm (`optimize.control` doubles the sessions): calls per
+    iteration, then tokens and GPUs per kind of call."""
     n = planned_chains(cfg, run_dir)
     if n is None:
         print("optimize (planned): the run has no cards yet; nothing to plan", flush=True)
@@ -46,23 +47,35 @@ def print_plan(cfg: Any, run_dir: Path, counselors: dict[str, Any], writer: str 
     per_eval = len(evaluations) // max(1, len(names))
     response = cfg.optimize.mode == "response"
     per_turn = 3 if response else 1  # response: draft, reflection, rewrite in every counselor turn
+    control = bool(cfg.optimize.control)
+    arms = 2 if control else 1  # the control arm re-runs as many sessions, with plain turns
     for k in range(1, cfg.iterations + 1):
         calls = (f"{n} feedback call(s), " if writer else "") + ("" if response else f"{n} reflection call(s), ")
         print(f"optimize (planned): iteration {k} (mode {cfg.optimize.mode}): at most {n} session(s) re-run: "
               f"{calls}{n * cfg.rounds} counselor turn(s) of {per_turn} call(s) and {n * cfg.rounds} client "
               f"turn(s), {n * per_eval} evaluation(s)", flush=True)
+        if control:
+            print(f"optimize (planned): iteration {k}, control arm (no feedback): at most {n} session(s) re-run: "
+                  f"{n * cfg.rounds} counselor turn(s) of 1 call and {n * cfg.rounds} client turn(s), "
+                  f"{n * per_eval} evaluation(s)", flush=True)
     it = cfg.iterations
+    counselor_calls = names * it * cfg.rounds * (per_turn + (1 if control else 0))
     blocks = [
         *([("feedback", [load_model(writer)], [writer] * n * it, cfg.optimize.feedback_generation)] if writer else []),
         *([] if response else [("reflections", list(counselors.values()), names * it,
                                 cfg.optimize.reflect_generation)]),
-        ("counselor calls", list(counselors.values()), names * it * cfg.rounds * per_turn, cfg.generation),
-        ("client turns", [load_model(cfg.client_model)], [cfg.client_model] * n * it * cfg.rounds,
+        ("counselor calls" + (" (both arms)" if control else ""), list(counselors.values()), counselor_calls,
+         cfg.generation),
+        ("client turns", [load_model(cfg.client_model)], [cfg.client_model] * n * it * cfg.rounds * arms,
          cfg.client_generation),
-        ("evaluations", [load_model(e) for e in dict.fromkeys(evaluations)], evaluations * it,
+        ("evaluations", [load_model(e) for e in dict.fromkeys(evaluations)], evaluations * it * arms,
          cfg.judge_generation),
     ]
+    budget = {m: c.params(cfg.counselor_generation(c)).max_tokens for m, c in counselors.items()}
     for what, models, calls, overrides in blocks:
         print(f"optimize (planned): {what} over {it} iteration(s):", flush=True)
-        print(plan_text(models, pd.DataFrame({"model": calls}), overrides), flush=True)
+        todo = pd.DataFrame({"model": calls})
+        if what.startswith("counselor calls"):  # each counselor's turns at the budget the sessions send
+            todo["max_tokens"] = todo["model"].map(budget)
+        print(plan_text(models, todo, overrides), flush=True)
     return 0

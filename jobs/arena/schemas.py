@@ -9,9 +9,11 @@ the turns of every session go through the shared dialogue engine's `turns` / `di
 - `SESSIONS` (`RUN_DIR/sessions/`): one row per planned session (card x counselor x prompt
   variant x iteration) once its dialogue ended: the turns, the phase of each round, how it ended,
   `status` ok (every round done) or error (`error` says after which round it stopped and why).
+  The control arm's re-runs (`optimize.control`) are rows here too, with mode `control`.
 - `ITERATIONS` (`RUN_DIR/iterations/`): one row per optimized session of iteration k >= 1: the
   session it improves, the lowest items, the knowledge-base methods, the feedback, the
-  counselor's reflection and its rewritten prompt.
+  counselor's reflection and its rewritten prompt (the feedback arm only: a control re-run has
+  no feedback, hence no row here).
 - `RANKINGS` (`RUN_DIR/rankings/`): human expert rankings imported from CSV.
 """
 
@@ -28,10 +30,22 @@ SCALES = (ROLE_CLIENT, ROLE_SUPERVISOR, ROLE_COUNSELOR)
 SUBJECT_SESSION = "session"
 
 
-def session_id(card_id: str, counselor: str, variant: str, iteration: int) -> str:
-    """`<card>|<counselor>|<variant>|it<k>`: the SESSIONS key, the dialogue id and the scores'
-    subject_id of one session."""
-    return f"{card_id}|{counselor}|{variant}|it{int(iteration)}"
+# The optimization loop's two arms (`optimize.control`): a chain's feedback re-runs (`it<k>`) and
+# its control re-runs (`ctl<k>`: the same card, counselor and prompt again, with no feedback).
+# A control session's `mode` is MODE_CONTROL; iteration 0 is the first session of both arms.
+ARM_FEEDBACK, ARM_CONTROL = "feedback", "control"
+MODE_CONTROL = "control"
+ARM_TAG = {ARM_FEEDBACK: "it", ARM_CONTROL: "ctl"}
+
+
+def session_id(card_id: str, counselor: str, variant: str, iteration: int, arm: str = ARM_FEEDBACK) -> str:
+    """`<card>|<counselor>|<variant>|it<k>` (`ctl<k>` for the control arm's re-run k >= 1): the
+    SESSIONS key, the dialogue id and the scores' subject_id of one session."""
+    if arm not in ARM_TAG:
+        raise ValueError(f"arm {arm!r}: one of {sorted(ARM_TAG)}")
+    if arm == ARM_CONTROL and int(iteration) < 1:
+        raise ValueError("a control session re-runs iteration k >= 1; iteration 0 is both arms' first session")
+    return f"{card_id}|{counselor}|{variant}|{ARM_TAG[arm]}{int(iteration)}"
 
 
 CARD_TEXT_FIELDS = (
@@ -79,7 +93,8 @@ SESSIONS = Table(
             pa.field("variant", pa.string()),          # the counselor prompt: vanilla | psycho | ...
             pa.field("iteration", pa.int32()),         # 0: before optimization; k: after k rounds of it
             pa.field("parent_session_id", pa.string()),  # the session iteration k improves (k >= 1)
-            pa.field("mode", pa.string()),             # optimized how: null (it0) | prompt | response
+            pa.field("mode", pa.string()),             # optimized how: null (it0) | prompt | response |
+                                                       # control (re-run with no feedback: the control arm)
             pa.field("prompt_version", pa.string()),
             pa.field("counselor_prompt", pa.string()),  # the counselor's system prompt as sent
             pa.field("rounds_planned", pa.int32()),

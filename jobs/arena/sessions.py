@@ -174,9 +174,11 @@ def session_rules(cfg: SessionsConfig, phases: list[Phase]) -> DialogueRules:
                          phases=phases, max_regenerations=cfg.max_regenerations)
 
 
-def build_specs(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsConfig) -> tuple[list[DialogueSpec], list[str]]:
+def build_specs(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsConfig,
+                models: dict[str, Any] | None = None) -> tuple[list[DialogueSpec], list[str]]:
     """One dialogue per planned session, and each one's sensitivity (the card's; a missing
-    value reads as restricted).
+    value reads as restricted). `models` (name -> model file) lets a counselor that reasons get
+    its `reasoning_budget` (`ArenaRunConfig.counselor_generation`).
 
     Raises:
         ConfigError naming the session and the card when a plan's card is not among `cards` or
@@ -191,6 +193,9 @@ def build_specs(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsConf
     rewrite_t = _read_text(cfg.turn_rewrite, "turn_rewrite") + note if revise else ""
     turn_templates = {v: _read_text(ref, f"counselor_turn of variant {v!r}") + note for v, ref in turn_refs.items()}
     by_id = _card_lookup(cards)
+    # each counselor's sampling as `counselor_generation` says, when its model file is given
+    generation = {m: cfg.counselor_generation(models[m]) if models and m in models else cfg.generation.as_dict()
+                  for m in dict.fromkeys(p.counselor for p in plans)}
     specs, sensitivities = [], []
     for plan in plans:
         card = by_id.get(plan.card_id)
@@ -209,7 +214,7 @@ def build_specs(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsConf
                               generation=cfg.client_generation.as_dict()),
                     AgentSpec(role=COUNSELOR, label=LABELS[COUNSELOR], model=plan.counselor,
                               system=plan.counselor_prompt, template=turn_templates[plan.variant],
-                              generation=cfg.generation.as_dict(), revisions=steps)],
+                              generation=generation[plan.counselor], revisions=steps)],
             rules=rules, tested_role=COUNSELOR, variant=plan.variant, prompt_version=cfg.prompt_version,
             fields={"card": card["rendered"], "rounds": str(cfg.rounds), "theme": _text(card.get("theme")),
                     "topic": _text(card.get("topic")), **extra},
@@ -317,8 +322,8 @@ def run_sessions(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsCon
     run_dir = Path(cfg.run_dir)
     variants = list(dict.fromkeys(p.variant for p in plans))
     counselors = list(dict.fromkeys(p.counselor for p in plans))
-    specs, sensitivities = build_specs(plans, cards, cfg)
     models = {n: load_model(n) for n in dict.fromkeys([*counselors, cfg.client_model])}
+    specs, sensitivities = build_specs(plans, cards, cfg, models)
     # Refused before anything is written or sent (run_dialogues checks again, at no cost).
     check_dialogues(specs, sensitivities, models)
     for line in record_inputs_lines(cfg, variants, counselors):

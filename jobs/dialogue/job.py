@@ -65,14 +65,20 @@ def plan_rows(specs: list[DialogueSpec], sensitivities: list[str], done: set[str
     return pd.DataFrame(rows, columns=PLAN_COLUMNS)
 
 
-def plan_calls(specs: list[DialogueSpec], turns: dict[str, list[dict[str, Any]]]) -> pd.DataFrame:
-    """At most how many calls each model gets (every remaining turn up to the cap), for a dry run."""
-    models = []
+def plan_calls(specs: list[DialogueSpec], turns: dict[str, list[dict[str, Any]]],
+               models: dict[str, ModelConfig] | None = None) -> pd.DataFrame:
+    """At most which calls each model gets (every remaining turn up to the cap), for a dry run:
+    one row per call, its `model` and, given `models`, its `max_tokens` as the run sends it (the
+    model file's after the agent's own overrides), so a plan prices each call as it will run."""
+    names, budgets = [], []
     for s in specs:
         for t in range(len(turns.get(s.dialogue_id, [])) + 1, s.rules.max_turns + 1):
             agent = s.agent(s.rules.speaker(t, s.roles))
-            models += [agent.model] * (1 + len(agent.revisions))
-    return pd.DataFrame({"model": models})
+            n = 1 + len(agent.revisions)  # the draft and each revision step, under the agent's sampling
+            names += [agent.model] * n
+            if models is not None:
+                budgets += [models[agent.model].params(agent.generation).max_tokens] * n
+    return pd.DataFrame({"model": names, **({"max_tokens": budgets} if models is not None else {})})
 
 
 class DialogueCounts(dict):
@@ -121,7 +127,7 @@ def run_dialogues(specs: list[DialogueSpec], sensitivities: list[str], models: d
     used = [models[n] for n in dict.fromkeys(a.model for s in todo_specs for a in s.agents)]
     if run.dry_run:
         print("  at most (every dialogue to the cap):", flush=True)
-        print(plan_text(used, plan_calls(todo_specs, turns), None), flush=True)
+        print(plan_text(used, plan_calls(todo_specs, turns, models), None), flush=True)
         return counts
     if not todo_specs:
         return counts

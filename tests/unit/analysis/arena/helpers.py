@@ -76,18 +76,25 @@ def score_rows(rubric: Rubric, subject: str, judge: str, values: Mapping[str, An
     return rows
 
 
+EVALUATOR = "gpt-4o"  # the paper's one fixed evaluator, on all three scales
+
+
 def totals_rows(subject: str, client: int | None, supervisor: int | list[int] | None, counselor: int | None,
-                *, counselor_model: str | None = None) -> list[dict[str, Any]]:
-    """Rows giving a session these scale totals (the supervisor: one per judge when a list)."""
+                *, evaluator: str = EVALUATOR, self_rated: bool = False) -> list[dict[str, Any]]:
+    """Rows giving a session these scale totals, written as the paper's setup writes them: one
+    evaluator fills in all three scales. A list of supervisor totals adds supervisor judges after
+    the evaluator (`sup2`, `sup3`...: several judges averaged, an option of ours); `self_rated`:
+    the counselor scale filled in by the model under test (`self_assessment: true`, not the paper's)."""
     rows = []
-    cm = counselor_model or subject.split("|")[1]
     if client is not None:
-        rows += score_rows(RUBRICS["client"], subject, "client-sim", spread(RUBRICS["client"], client))
+        rows += score_rows(RUBRICS["client"], subject, evaluator, spread(RUBRICS["client"], client))
     sups = supervisor if isinstance(supervisor, list) else ([] if supervisor is None else [supervisor])
     for k, t in enumerate(sups):
-        rows += score_rows(RUBRICS["supervisor"], subject, f"sup{k + 1}", spread(RUBRICS["supervisor"], t))
+        rows += score_rows(RUBRICS["supervisor"], subject, evaluator if k == 0 else f"sup{k + 1}",
+                           spread(RUBRICS["supervisor"], t))
     if counselor is not None:
-        rows += score_rows(RUBRICS["counselor"], subject, cm, spread(RUBRICS["counselor"], counselor))
+        judge = subject.split("|")[1] if self_rated else evaluator
+        rows += score_rows(RUBRICS["counselor"], subject, judge, spread(RUBRICS["counselor"], counselor))
     return rows
 
 
@@ -115,11 +122,14 @@ def card_row(card_id: str, theme: str = "emotion", topic: str = "anxiety", statu
 
 def session_row(card_id: str, counselor: str, variant: str, iteration: int = 0, theme: str = "emotion",
                 status: str = STATUS_OK, rounds: int = 3, n_rounds: int | None = None,
-                stopped_at: int | None = None, error: str | None = None) -> dict[str, Any]:
-    sid = session_id(card_id, counselor, variant, iteration)
+                stopped_at: int | None = None, error: str | None = None, arm: str = "feedback") -> dict[str, Any]:
+    sid = session_id(card_id, counselor, variant, iteration, arm=arm)
+    parent_arm = arm if iteration > 1 else "feedback"  # a chain's first re-run in either arm follows it0
     return {"session_id": sid, "card_id": card_id, "theme": theme, "topic": "t", "counselor": counselor,
             "client_model": "client-sim", "variant": variant, "iteration": iteration,
-            "parent_session_id": session_id(card_id, counselor, variant, iteration - 1) if iteration else None,
+            "mode": "control" if arm == "control" else ("response" if iteration else None),
+            "parent_session_id": session_id(card_id, counselor, variant, iteration - 1, arm=parent_arm)
+            if iteration else None,
             "rounds_planned": rounds, "n_rounds": rounds if n_rounds is None else n_rounds,
             "stopped_at_round": stopped_at, "status": status, "error": error,
             "ended_by": "cap" if status == STATUS_OK else "error"}
@@ -148,7 +158,7 @@ __all__ = ["RUBRICS", "CARDS", "SESSIONS", "ITERATIONS", "RANKINGS", "session_id
 # (card, counselor, variant, iteration) -> (client, supervisor (a list: one per judge), counselor)
 TOTALS = {
     ("c1", "m1", "vanilla", 0): (40, [20], 30),       # fails all three
-    ("c1", "m1", "psycho", 0): (50, [25, 27], 40),    # passes all (supervisor mean 26)
+    ("c1", "m1", "psycho", 0): (50, [26], 40),        # passes all
     ("c2", "m1", "vanilla", 0): (43, [25], 36),       # passes all, each one point above its mark
     ("c2", "m1", "psycho", 0): (45, [20], 40),        # supervisor fails
     ("c1", "m1", "vanilla", 1): (44, [22], 36),       # still fails the supervisor scale
@@ -198,3 +208,35 @@ def rubric_files(folder: Path) -> dict[str, str]:
         path.write_text(yaml.safe_dump(r.model_dump(mode="json", exclude_none=True), sort_keys=False))
         out[role] = str(path)
     return out
+
+
+# --- a run with a control arm (the loop's `optimize.control`), outcomes chosen by hand -------------
+
+PASS_TOTALS, FAIL_TOTALS = (50, 26, 40), (40, 20, 30)  # client / supervisor / counselor: above, below the marks
+# card -> (it0, the feedback arm's re-runs it1.., the control arm's ctl1..); None: not fully evaluated
+CONTROL_OUTCOMES = {
+    "c1": (False, [True], [False, False]),         # feedback passes, control does not
+    "c2": (False, [False, True], [True]),          # both pass
+    "c3": (True, [], []),                          # passed at once: a pass in both arms, never re-run
+    "c4": (False, [False, False], [False, True]),  # control passes, feedback does not
+    "c5": (False, [True], [False, None]),          # ctl2 not fully evaluated: the control stays at ctl1 (fail)
+    "c6": (False, [True], [False, False]),         # feedback passes, control does not
+}
+
+
+def build_control_run(run_dir: Path, counselor: str = "m1", variant: str = "psycho") -> Path:
+    """Cards, sessions and the one evaluator's scores of CONTROL_OUTCOMES, both arms."""
+    sessions, scores = [], []
+    for card, (first, fb, ctl) in CONTROL_OUTCOMES.items():
+        sessions.append(session_row(card, counselor, variant, 0))
+        scores += totals_rows(session_id(card, counselor, variant, 0), *(PASS_TOTALS if first else FAIL_TOTALS))
+        for arm, outcomes in (("feedback", fb), ("control", ctl)):
+            for k, passed in enumerate(outcomes, 1):
+                sessions.append(session_row(card, counselor, variant, k, arm=arm))
+                cl, sup, co = PASS_TOTALS if passed else FAIL_TOTALS
+                scores += totals_rows(session_id(card, counselor, variant, k, arm=arm), cl, sup,
+                                      None if passed is None else co)
+    write(run_dir, CARDS, [card_row(c) for c in CONTROL_OUTCOMES])
+    write(run_dir, SESSIONS, sessions)
+    write_scores(run_dir, scores)
+    return run_dir

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from analysis.arena import data as arena_data
 from analysis.arena.report import build_report, headline
 from analysis.report import main
-from tests.unit.analysis.arena.helpers import RUBRICS, build_run, rubric_files
+from tests.unit.analysis.arena.helpers import RUBRICS, build_control_run, build_run, rubric_files
 
 SECTIONS = ("cards", "sessions", "table2", "items", "themes", "optimization", "agreement")
 
@@ -42,12 +43,15 @@ def test_full_report_through_the_dispatcher(tmp_path, scales):
     for fig in ("figure4_pass_by_iteration", "figure5_themes", "table2_pass_rates"):
         assert (out / "figures" / f"{fig}.png").is_file(), fig
     assert "a client total of 42 fails, 43 passes" in html
-    for name in ("table2_printed", "table2_delta", "figure4_wilson", "optimization_mcnemar", "table3_avg",
-                 "figure3_points"):
+    for name in ("table2_printed", "table2_delta", "figure4_wilson", "table3_avg", "figure3_points"):
         assert (out / "tables" / f"{name}.csv").is_file(), name
     assert (out / "figures" / "figure4_wilson.png").is_file()
-    # helpers: m1 fills in its own counselor scale (7 sessions); the report says so
-    assert "<b>Self-rated:</b>" in html and "m1 (7 session(s))" in html
+    # the paper's setup (helpers): one evaluator on all three scales, so no self-rating to flag
+    assert "<b>Self-rated:</b>" not in html
+    # no control arm: the gain is said not to be told from noise; the run records no `select`, so
+    # no McNemar test within the arm (it could be one-sided)
+    assert "No control arm in this run" in html and not (out / "tables" / "optimization_effect.csv").exists()
+    assert not (out / "tables" / "optimization_mcnemar.csv").exists() and "No before / after McNemar test" in html
     md = (out / "tables" / "optimization_pass_before_after.md").read_text()
     assert "overall" in md and "1.000" in md
 
@@ -114,3 +118,32 @@ def test_report_of_sessions_not_yet_evaluated(tmp_path, scales):
     assert "the sessions were not evaluated" in html
     assert "No optimized chain has both sessions fully evaluated" in html
     assert headline(run) == {}
+
+
+def test_a_run_with_a_control_arm_leads_with_the_effect_over_it(tmp_path, scales, monkeypatch):
+    """helpers.CONTROL_OUTCOMES: before 1/6, feedback 5/6, control 3/6 (worked out in test_control)."""
+    run = build_control_run(tmp_path / "run")
+    (run / "run.json").write_text(json.dumps({"method": "arena", "experiment": "arena", "setup": "the paper's, say"}))
+    (run / "run_inputs.json").write_text(json.dumps({"optimize": {"decides": {"optimize.select": "all"}}}))
+    html = page(build_report(run, scales=scales))
+    tables = run / "report" / "tables"
+    assert "<b>Setup:</b> the paper&#x27;s, say" in html
+    effect = pd.read_csv(tables / "optimization_effect.csv")
+    assert effect.loc[0, "effect"] == pytest.approx(2 / 6) and effect.loc[0, "p"] == pytest.approx(10 / 16)
+    assert html.index("optimization_effect") < html.index("figure4_overall")  # the headline comes first
+    arms = pd.read_csv(tables / "optimization_arms.csv")
+    assert arms["arm"].tolist() == ["feedback", "control"] and arms["n_pass_after"].tolist() == [5, 3]
+    curve = pd.read_csv(tables / "figure4_overall.csv").set_index("iteration")
+    # the control arm pooled: it0 1/6; after ctl1 c2 passes (2/6); after ctl2 c4 too (3/6)
+    assert curve["all chains, control arm"].tolist() == pytest.approx([1 / 6, 2 / 6, 3 / 6])
+    # select: all (recorded): chains can fall back, so McNemar within each arm is shown
+    assert (tables / "optimization_mcnemar.csv").is_file() and (tables / "optimization_mcnemar_control.csv").is_file()
+    counts = pd.read_csv(tables / "sessions_counts.csv").set_index(["iteration", "arm"])["n"]
+    # it0: 6; it1: c1 c2 c4 c5 c6; it2: c2 c4; ctl1: c1 c2 c4 c5 c6; ctl2: c1 c4 c5 c6
+    assert counts.to_dict() == {(0, "feedback"): 6, (1, "feedback"): 5, (1, "control"): 5, (2, "feedback"): 2,
+                                (2, "control"): 4}
+    by_name = {r.name: r for r in RUBRICS.values()}
+    monkeypatch.setattr(arena_data, "load_rubric", lambda name: by_name[name])
+    h = headline(run)
+    assert h["arena_effect"] == pytest.approx(2 / 6) and h["arena_effect_p"] == pytest.approx(10 / 16)
+    assert h["arena_pass_last"] == pytest.approx(5 / 6)  # the feedback arm's, as Figure 4

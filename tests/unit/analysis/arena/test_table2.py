@@ -13,7 +13,10 @@ from analysis.arena import table2 as t2
 from analysis.arena.data import load_sessions, session_frame
 from analysis.arena.passing import session_results
 from analysis.scores import load_scores
-from tests.unit.analysis.arena.helpers import RUBRICS, build_run, score_rows, scores_frame, spread
+from tests.unit.analysis.arena.helpers import (
+    EVALUATOR, RUBRICS, SESSIONS, TOTALS, build_run, score_rows, scores_frame, session_id, session_row, spread,
+    totals_rows, write, write_scores,
+)
 
 
 @pytest.fixture
@@ -73,6 +76,27 @@ def test_before_after_pairs_the_same_chains(frame):
     assert v["p_mcnemar"] == 1.0  # one discordant pair: P(X <= 0 | 1) x 2, capped at 1
 
 
+def test_mcnemar_on_chains_that_go_both_ways(tmp_path):
+    """`select: all` re-runs every chain, so a pass can turn into a fail: b and c both count."""
+    ok, bad = (50, 26, 40), (40, 20, 30)
+    # card -> (it0, it1): five fail -> pass, one pass -> fail, one pass -> pass, one fail -> fail
+    chains = {"c1": (bad, ok), "c2": (bad, ok), "c3": (bad, ok), "c4": (bad, ok), "c5": (bad, ok),
+              "c6": (ok, bad), "c7": (ok, ok), "c8": (bad, bad)}
+    sessions, scores = [], []
+    for card, totals in chains.items():
+        for k, t in enumerate(totals):
+            sessions.append(session_row(card, "m1", "vanilla", k))
+            scores += totals_rows(session_id(card, "m1", "vanilla", k), *t)
+    write(tmp_path, SESSIONS, sessions)
+    write_scores(tmp_path, scores)
+    frame = session_frame(load_sessions(tmp_path), session_results(load_scores(tmp_path), RUBRICS))
+    v = t2.before_after_tests(frame).loc[("m1", "vanilla")]
+    assert (v["n"], v["b"], v["c"]) == (8, 5, 1)
+    assert (v["pass_before"], v["pass_after"]) == (2 / 8, 6 / 8)
+    # two-sided exact: 2 x P(X <= 1), X ~ Binomial(6, 1/2) = 2 x (1 + 6) / 64
+    assert v["p_mcnemar"] == pytest.approx(14 / 64)
+
+
 def _session(card, counselor, judge, client, sup, couns):
     sid = f"{card}|{counselor}|vanilla|it0"
     return (score_rows(RUBRICS["client"], sid, judge, spread(RUBRICS["client"], client))
@@ -109,11 +133,16 @@ def test_a_ranking_that_changes_with_the_evaluator_is_flagged():
     assert list(r["changes"]) == [True, True, False]
 
 
-def test_self_rated_counselor_scores_are_found(tmp_path):
-    scores = load_scores(build_run(tmp_path))  # helpers: the counselor scale is filled in by m1 itself
-    flagged = t2.self_rated(scores)
-    assert flagged.loc["m1", "sessions"] == 7
-    assert t2.evaluator_names(scores) == ["client-sim", "sup1", "sup2"]
+def test_self_rated_counselor_scores_are_found():
+    # the paper's setup (helpers.build_run): one evaluator, no self-rating; then m1 rates itself on two
+    scores = scores_frame([r for (card, m, v, k), (cl, sup, co) in TOTALS.items()
+                           for r in totals_rows(session_id(card, m, v, k), cl, sup, co)])
+    assert t2.self_rated(scores).empty and t2.evaluator_names(scores) == [EVALUATOR]
+    mine = totals_rows("c1|m1|vanilla|it0", 40, 20, 30, self_rated=True) + \
+        totals_rows("c2|m1|vanilla|it0", 43, 25, 36, self_rated=True)
+    scores = scores_frame(mine)
+    assert t2.self_rated(scores).loc["m1", "sessions"] == 2
+    assert t2.evaluator_names(scores) == [EVALUATOR]  # m1's self-ratings are not an evaluator's
 
 
 def test_topic_coverage_per_theme():
@@ -131,9 +160,16 @@ def test_topic_coverage_per_theme():
     assert t.loc["all"].tolist() == [3, 2, 3, 2, "1 topic(s)"]
 
 
-def test_an_evaluator_of_one_scale_only_gets_no_table_of_its_own(tmp_path):
-    scores = load_scores(build_run(tmp_path))  # helpers: client-sim, sup1/sup2 and m1 each fill one scale
+def test_an_evaluator_of_one_scale_only_gets_no_table_of_its_own():
+    # an older run's split roles: the client simulator, a supervisor and the counselor each fill one scale
+    sid = "c1|m1|vanilla|it0"
+    scores = scores_frame(score_rows(RUBRICS["client"], sid, "client-sim", spread(RUBRICS["client"], 43))
+                          + score_rows(RUBRICS["supervisor"], sid, "sup1", spread(RUBRICS["supervisor"], 25))
+                          + score_rows(RUBRICS["counselor"], sid, "m1", spread(RUBRICS["counselor"], 36)))
     assert t2.per_evaluator(scores, RUBRICS, None, session_frame) == {}
+    # the paper's one evaluator on all three gets its own Table 2
+    frames = t2.per_evaluator(scores_frame(totals_rows(sid, 43, 25, 36)), RUBRICS, None, session_frame)
+    assert list(frames) == [EVALUATOR]
 
 
 def test_a_rewritten_selection_counts_each_card_once(tmp_path):

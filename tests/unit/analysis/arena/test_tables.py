@@ -79,8 +79,9 @@ def test_themes(frame):
 
 def test_items(frame, items):
     t = tb.item_table(items, frame)
-    # supervisor 25 and 27 over 8 items: cultural competence (2nd item) is 3 and 4 -> 3.5; with 20 -> 3
-    assert t.loc[("supervisor", "cultural_competence"), "psycho"] == pytest.approx((3.5 + 3) / 2)
+    # supervisor 26 over 8 items: 3 each, the first two 4: cultural competence (2nd item) is 4;
+    # 20 over 8: 2 each, the first four 3 -> 3; psycho's two sessions: (4 + 3) / 2
+    assert t.loc[("supervisor", "cultural_competence"), "psycho"] == pytest.approx((4 + 3) / 2)
     assert t.loc[("supervisor", "cultural_competence"), "vanilla"] == 3.0
     assert list(t.columns) == ["vanilla", "psycho"]
     assert list(t.index.get_level_values("role").unique()) == ["client", "supervisor", "counselor"]

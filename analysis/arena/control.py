@@ -1,0 +1,149 @@
+"""The closed loop's effect over its control arm: what the feedback adds to re-running alone.
+
+Why: the client simulator samples and the evaluator is a model, so a session re-run with no
+feedback at all often passes where it failed; with `select: failed` a pass is also carried
+forward, so a chain's pass rate can only rise however useless the feedback. The loop's control
+arm (`optimize.control`) re-runs, beside each feedback iteration, the sessions its own chains
+select by the same rule, with the same card, counselor, prompt, rounds and sampling and no
+feedback. Both arms start from the same iteration-0 session, so every chain is a pair.
+
+Per counselor x variant (and all chains pooled), over **every** chain whose iteration-0 overall
+pass is known (not only the re-run ones: a chain that passed at once counts as a pass in both):
+
+- `pass_before`: the share passing at iteration 0 (the same in both arms);
+- `pass_feedback`, `pass_control`: the share passing after the last iteration, each chain
+  counted at its latest session of that arm whose overall pass is known (as Figure 4 does);
+- `gain_feedback`, `gain_control`: after - before in each arm;
+- `effect` = gain_feedback - gain_control = pass_feedback - pass_control, the mean over chains
+  of d = (passes with feedback) - (passes in the control), each 1 or 0;
+- `effect_lo`, `effect_hi`: its 95% interval, a **bootstrap** percentile interval over chains
+  (chains resampled with replacement, the pair kept together; `N_RESAMPLES` resamples, seeded,
+  so a report is reproducible). Where every chain has the same d the interval is that value;
+- `fb_only`, `ctl_only`: chains passing in one arm only, and `p`: the two-sided exact McNemar
+  test of fb_only against fb_only + ctl_only (both directions can happen, unlike the before /
+  after pairing within one arm under `select: failed`).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from analysis.arena.data import CHAIN, CONTROL, COUNSELOR, ITERATION, VARIANT, control_arm, feedback_arm
+from analysis.arena.passing import OVERALL_PASS
+from analysis.arena.table2 import mcnemar_exact, wilson
+
+ALL = "(all)"
+N_RESAMPLES = 9_999
+SEED = 20_240_601
+CI_METHOD = f"bootstrap percentile, {N_RESAMPLES:,} resamples of the chains (paired), seed {SEED}"
+COLUMNS = [COUNSELOR, VARIANT, "n", "pass_before", "pass_feedback", "pass_control", "gain_feedback", "gain_control",
+           "effect", "effect_lo", "effect_hi", "fb_only", "ctl_only", "p"]
+ARM_COLUMNS = [COUNSELOR, VARIANT, "arm", "n", "n_pass_before", "pass_before", "before_lo", "before_hi",
+               "n_pass_after", "pass_after", "after_lo", "after_hi", "rerun"]
+
+__all__ = ["ALL", "ARM_COLUMNS", "CI_METHOD", "COLUMNS", "arm_tables", "bootstrap_ci", "chain_outcomes",
+           "control_effect", "has_control"]
+
+
+def has_control(frame: pd.DataFrame) -> bool:
+    """Whether the run has a control arm (any control re-run)."""
+    return CONTROL in frame.columns and bool(frame[CONTROL].any())
+
+
+def _last_pass(arm: pd.DataFrame, last: int) -> pd.Series:
+    """Per chain: the overall pass of its latest session up to `last` whose pass is known."""
+    known = arm[arm[OVERALL_PASS].notna() & arm[ITERATION].le(last)].sort_values(ITERATION, kind="stable")
+    return known.groupby(CHAIN, sort=True)[OVERALL_PASS].last().astype(bool)
+
+
+def chain_outcomes(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per chain with a known iteration-0 pass, of the counselor/variant groups the loop
+    re-ran (a session of iteration >= 1 in either arm): `before`, `feedback`, `control` (its pass
+    after the run's last iteration in each arm, carried forward) and `rerun_feedback`,
+    `rerun_control` (re-run at least once in that arm)."""
+    cols = [*CHAIN, "before", "feedback", "control", "rerun_feedback", "rerun_control"]
+    if frame.empty or not (frame[ITERATION] >= 1).any():
+        return pd.DataFrame(columns=cols)
+    last = int(frame[ITERATION].max())
+    looped = frame[frame[ITERATION] >= 1].groupby([COUNSELOR, VARIANT]).size().index
+    frame = frame[pd.MultiIndex.from_frame(frame[[COUNSELOR, VARIANT]]).isin(looped)]
+    it0 = frame[frame[ITERATION].eq(0) & frame[OVERALL_PASS].notna()]
+    before = it0.groupby(CHAIN, sort=True)[OVERALL_PASS].last().astype(bool)
+    fb, ctl = feedback_arm(frame), control_arm(frame)
+    out = pd.DataFrame({"before": before})
+    out["feedback"] = _last_pass(fb, last).reindex(out.index)
+    out["control"] = _last_pass(ctl, last).reindex(out.index)
+    out["rerun_feedback"] = out.index.isin(fb[fb[ITERATION] >= 1].set_index(CHAIN).index)
+    out["rerun_control"] = out.index.isin(ctl[ctl[ITERATION] >= 1].set_index(CHAIN).index)
+    return out.reset_index()[cols]
+
+
+def bootstrap_ci(d: np.ndarray, n_resamples: int = N_RESAMPLES, seed: int = SEED) -> tuple[float, float]:
+    """The 95% bootstrap percentile interval of the mean of `d` (NaN for no value; the value
+    itself when every d is the same, where resampling has nothing to vary)."""
+    d = np.asarray(d, dtype=float)
+    if d.size == 0:
+        return float("nan"), float("nan")
+    if np.all(d == d[0]):
+        return float(d[0]), float(d[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy warns on few distinct values; the percentiles stand
+        res = stats.bootstrap((d,), np.mean, n_resamples=n_resamples, method="percentile", vectorized=True,
+                              confidence_level=0.95, random_state=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def _effect_row(key: tuple, g: pd.DataFrame) -> dict:
+    both = g.dropna(subset=["before", "feedback", "control"])
+    n = len(both)
+    fb, ctl, b0 = (both[c].astype(bool).to_numpy() for c in ("feedback", "control", "before"))
+    d = fb.astype(int) - ctl.astype(int)
+    lo, hi = bootstrap_ci(d)
+    fb_only, ctl_only = int((fb & ~ctl).sum()), int((ctl & ~fb).sum())
+    mean = (lambda x: float(x.mean()) if n else np.nan)
+    return {COUNSELOR: key[0], VARIANT: key[1], "n": n, "pass_before": mean(b0), "pass_feedback": mean(fb),
+            "pass_control": mean(ctl), "gain_feedback": mean(fb) - mean(b0), "gain_control": mean(ctl) - mean(b0),
+            "effect": mean(d), "effect_lo": lo, "effect_hi": hi, "fb_only": fb_only, "ctl_only": ctl_only,
+            "p": mcnemar_exact(fb_only, ctl_only) if n else np.nan}
+
+
+def control_effect(frame: pd.DataFrame) -> pd.DataFrame:
+    """The feedback's effect over the control, per counselor x variant and pooled (`(all)`):
+    see the module's docstring for each column. Empty when the run has no control arm."""
+    if not has_control(frame):
+        return pd.DataFrame(columns=COLUMNS)
+    chains = chain_outcomes(frame)
+    if chains.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    rows = [_effect_row(key, g) for key, g in chains.groupby([COUNSELOR, VARIANT], sort=True)]
+    if len(rows) > 1:
+        rows.append(_effect_row((ALL, ALL), chains))
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def arm_tables(frame: pd.DataFrame) -> pd.DataFrame:
+    """Before / after in each arm over every chain (the same chains as `control_effect`): passes
+    at iteration 0 and after the last iteration with Wilson 95% intervals, and how many chains
+    the arm re-ran."""
+    chains = chain_outcomes(frame)
+    if chains.empty:
+        return pd.DataFrame(columns=ARM_COLUMNS)
+    arms = ["feedback", "control"] if has_control(frame) else ["feedback"]
+    groups = list(chains.groupby([COUNSELOR, VARIANT], sort=True))
+    if len(groups) > 1:
+        groups.append(((ALL, ALL), chains))
+    rows = []
+    for (c, v), g in groups:
+        for arm in arms:
+            both = g.dropna(subset=["before", arm])
+            n, kb, ka = len(both), int(both["before"].astype(bool).sum()), int(both[arm].astype(bool).sum())
+            rows.append({COUNSELOR: c, VARIANT: v, "arm": arm, "n": n, "n_pass_before": kb,
+                         "pass_before": kb / n if n else np.nan, **dict(zip(("before_lo", "before_hi"), wilson(kb, n))),
+                         "n_pass_after": ka, "pass_after": ka / n if n else np.nan,
+                         **dict(zip(("after_lo", "after_hi"), wilson(ka, n))),
+                         "rerun": int(both[f"rerun_{arm}"].sum())})
+    return pd.DataFrame(rows, columns=ARM_COLUMNS)
