@@ -229,6 +229,12 @@ def run(cfg: Any) -> int:
         print(f"export: would write {Path(cfg.run_dir) / EXPORT_DIR}/<model>.jsonl from the run's dialogues",
               flush=True)
         return 0
+    if TableStore(cfg.run_dir, DIALOGUES).read(columns=["status"]).empty and "synthesize" in (
+            getattr(cfg, "steps", None) or []):
+        # The chain's synthesis wrote nothing (no usable profile): an empty export, not an error.
+        print(f"export: no dialogues in {Path(cfg.run_dir) / DIALOGUES.name}; nothing to export, the step is skipped",
+              flush=True)
+        return 0
     manifest = export(cfg.run_dir, export_cfg)
     print("export (chat-format JSONL for fine-tuning):\n" + summary(manifest), flush=True)
     return 0

@@ -30,4 +30,5 @@ def run(cfg: PanelConfig) -> int:
     """The panel's machinery on the fidelity rubric."""
     rubric = getattr(cfg, "fidelity_rubric", FIDELITY_RUBRIC)
     print(f"fidelity: re-administering the questionnaires from the transcripts (rubric {rubric!r})", flush=True)
-    return panel.run(cfg.model_copy(update={"rubric": rubric}))
+    # Named "fidelity" in what it prints, so an empty selection says which step it skipped.
+    return panel.run(cfg.model_copy(update={"rubric": rubric}), step="fidelity")

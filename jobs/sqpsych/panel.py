@@ -44,8 +44,8 @@ from jobs.core.modelconfig import GenerationOverrides
 from jobs.core.configfiles import ConfigError
 from serving.governance import check_all
 
-__all__ = ["JudgingConfig", "PanelConfig", "plan_panel", "read_profiles", "render_transcript", "run",
-           "select_dialogues", "self_judged", "subjects_sensitivity"]
+__all__ = ["JudgingConfig", "PanelConfig", "no_finished_dialogues", "plan_panel", "read_profiles",
+           "render_transcript", "run", "select_dialogues", "self_judged", "subjects_sensitivity", "why_none_selected"]
 
 # What the judging jobs read of the cohort step's profiles table.
 PROFILES_DIR = PROFILES.name
@@ -139,11 +139,38 @@ def select_dialogues(dialogues: pd.DataFrame, meta: pd.DataFrame, split: str | N
     if split is not None:
         d = d[d["_split"] == split]
     if sample is not None:
+        d = d[d["_group"].isin(list(sample))]
         d = d.assign(_rank=[_rank(seed, str(c)) for c in d["context_id"]]).sort_values(["model", "_rank"])
-        d = d[d["_group"].isin(sample)]
         position = d.groupby(["model", "_group"]).cumcount()
-        d = d[position < d["_group"].map(sample)].drop(columns="_rank")
+        # Integers, whatever is left: on no rows `map` keeps the group column's string dtype, and
+        # pandas then refuses the comparison ("Invalid comparison between dtype=str and ndarray").
+        limit = d["_group"].map(sample).astype("int64")
+        d = d[position < limit].drop(columns="_rank")
     return d.drop(columns=["_group", "_split"]).reset_index(drop=True)
+
+
+def _counts(values: pd.Series) -> str:
+    return ", ".join(f"{k} {v}" for k, v in values.value_counts().sort_index().items()) or "none"
+
+
+def why_none_selected(dialogues: pd.DataFrame, meta: pd.DataFrame, split: str | None,
+                      sample: dict[str, int] | None, step: str = "panel") -> str:
+    """What to tell the user when `select_dialogues` chose nothing: which filter left nothing
+    (the split, or the sample's groups), what the dialogues' clients are, and what to set."""
+    info = meta.assign(context_id=meta["context_id"].astype(str)).set_index("context_id")
+    ids = dialogues["context_id"].astype(str)
+    splits = ids.map(info["split"]).fillna("no profile")
+    groups = ids.map(info["group"]).fillna("no profile")
+    n = len(dialogues)
+    if split is not None and not (splits == split).any():
+        return (f"{step}: none of the {n} finished dialogue(s) is of a client in the {split!r} split (their "
+                f"clients' splits: {_counts(splits)}); nothing to judge, the step is skipped. To judge them, set "
+                f"panel_split=null (every split) or panel_split=<their split>; to draw the clients from the "
+                f"{split!r} split, set dataset.split={split} with dataset.limit=N in the cohort")
+    in_split = groups[splits == split] if split is not None else groups
+    return (f"{step}: none of the {len(in_split)} finished dialogue(s) of split {split or 'any'} is of a group "
+            f"panel_sample names ({sorted(sample or {})}; their groups: {_counts(in_split)}); nothing to judge, the "
+            f"step is skipped. Set panel_sample=null to judge them all, or name their groups in panel_sample")
 
 
 def self_judged(dialogue: Any, judge: str) -> bool:
@@ -226,11 +253,28 @@ def planned_calls(cfg: Any, n_dialogues: int) -> dict[str, int] | None:
 # --- judging --------------------------------------------------------------------------------------
 
 
-def run(cfg: PanelConfig) -> int:
+def no_finished_dialogues(cfg: Any, run_dir: Path, desc: str) -> int:
+    """A judging step with no finished dialogue to read. Inside a chain that synthesizes (or when
+    dialogues were written and none ended ok) that is an empty selection: said, and the step is
+    skipped (0), so the chain goes on. A step run alone on a run without dialogues is a usage
+    error: `ConfigError` naming the step to run first."""
+    written = TableStore(run_dir, DIALOGUES).read(columns=["status"])
+    if written.empty and "synthesize" not in (getattr(cfg, "steps", None) or []):
+        raise ConfigError(f"no finished dialogues in {run_dir / DIALOGUES.name}: run the synthesis on this "
+                          "run_dir first (steps=[synthesize,...])")
+    said = f"of the {len(written)} written ({_counts(written['status'])}) " if len(written) else ""
+    print(f"{desc}: no dialogue {said}ended ok in {run_dir / DIALOGUES.name}; nothing to judge, the step is "
+          "skipped (see the synthesize step's summary: its failures are rows with their error)", flush=True)
+    return 0
+
+
+def run(cfg: PanelConfig, step: str | None = None) -> int:
+    """The panel (or, with `step`, another step on its machinery, e.g. fidelity: named so in
+    what it prints)."""
     rubrics, judges = open_judging(cfg.judges, {"rubric": cfg.rubric}, SUBJECT_DIALOGUE, PANEL_PLACEHOLDERS)
     rubric = rubrics["rubric"]
     # The step's name in what it prints: another rubric on the panel's machinery says its own.
-    desc = "panel" if cfg.rubric == PanelConfig.model_fields["rubric"].default else cfg.rubric
+    desc = step or ("panel" if cfg.rubric == PanelConfig.model_fields["rubric"].default else cfg.rubric)
     run_dir = Path(cfg.run_dir)
     dialogues = ok_dialogues(run_dir)
     if dialogues.empty:
@@ -241,17 +285,17 @@ def run(cfg: PanelConfig) -> int:
             else:
                 print_plan(desc, n, "dialogues", judges, cfg.judge_generation, planned_calls(cfg, n))
             return 0
-        raise ConfigError(f"no finished dialogues in {run_dir / DIALOGUES.name}: run the synthesis on this run_dir first")
+        return no_finished_dialogues(cfg, run_dir, desc)
     profiles = read_profiles(run_dir)
     # Checked on every finished dialogue, before choosing: one without a profile fails closed.
     sensitivity = subjects_sensitivity(dialogues["context_id"], profiles)
     check_all(judges, sensitivity, f"the profiles of {run_dir} (and the dialogues role-played from them)")
     meta = TableStore(run_dir, PROFILES).read(columns=["context_id", "group", "split"])
     chosen = select_dialogues(dialogues, meta, cfg.panel_split, cfg.panel_sample, cfg.panel_seed)
-    print(f"panel: {len(chosen)} of {len(dialogues)} finished dialogue(s) judged (split {cfg.panel_split or 'all'}, "
+    print(f"{desc}: {len(chosen)} of {len(dialogues)} finished dialogue(s) judged (split {cfg.panel_split or 'all'}, "
           f"sample {cfg.panel_sample or 'all'} per model)", flush=True)
     if chosen.empty:
-        print("panel: no dialogue of the chosen split; nothing to judge", flush=True)
+        print(why_none_selected(dialogues, meta, cfg.panel_split, cfg.panel_sample, desc), flush=True)
         return 0
 
     n_self = sum(self_judged(d, j) for d in chosen.itertuples(index=False) for j in cfg.judges)

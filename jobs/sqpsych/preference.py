@@ -28,9 +28,9 @@ import pandas as pd
 from pydantic import Field, field_validator
 
 from jobs.judge import judge_planned, open_judging
-from jobs.core.schemas import DIALOGUES, SUBJECT_PAIR
+from jobs.core.schemas import SUBJECT_PAIR
 from jobs.sqpsych.panel import (
-    PROFILES_DIR, JudgingConfig, ok_dialogues, planned_profiles, print_plan, read_profiles,
+    PROFILES_DIR, JudgingConfig, no_finished_dialogues, ok_dialogues, planned_profiles, print_plan, read_profiles,
     render_transcript, subjects_sensitivity,
 )
 from jobs.core.configfiles import ConfigError
@@ -165,22 +165,32 @@ def run(cfg: PreferenceConfig) -> int:
                            f"ordered pairs ({n_profiles} profiles x {len(pairs)} pairs x 2 orders)",
                            judges, cfg.judge_generation)
             return 0
-        raise ConfigError(f"no finished dialogues in {run_dir / DIALOGUES.name}: run the synthesis on this run_dir first")
+        return no_finished_dialogues(cfg, run_dir, "preference")
 
     models = sorted(dialogues["model"].unique())
     pairs = model_pairs(models, cfg.preference_pairs, cfg.preference_all_pairs)
     if not pairs and len(models) > 1:
-        print(all_pairs_note(len(models), dialogues["context_id"].nunique(), len(judges)), flush=True)
+        print(all_pairs_note(len(models), dialogues["context_id"].nunique(), len(judges)) + "; the step is skipped",
+              flush=True)
         return 0
     absent = sorted({m for p in pairs for m in p} - set(models))
     if absent:
         print(f"warning: preference_pairs name {absent}, which have no finished dialogues in this run "
               f"(models with dialogues: {models})", file=sys.stderr)
     if not pairs:
-        print(f"preference: nothing to compare (models with dialogues: {models})", flush=True)
+        print(f"preference: nothing to compare: only {models} has finished dialogues, a pair needs two therapist "
+              "models (models=[a,b] and preference_pairs=[[a,b]]); the step is skipped", flush=True)
         return 0
     profiles = read_profiles(run_dir)
     planned, skipped = plan_preferences(dialogues, profiles, pairs, cfg.judges, rubric.placeholders)
+    if planned.empty:
+        # Pairs named, and not one (pair, profile) to show a judge.
+        why = (f"the {skipped['no_profile']} (pair, profile) comparison(s) lack their profile in "
+               f"{run_dir / PROFILES_DIR} (rubric {rubric.name!r} shows it)" if skipped["no_profile"] else
+               f"no profile has finished dialogues of both models of any pair {[list(p) for p in pairs]}")
+        print(f"preference: {why} (models with finished dialogues: {models}); nothing to judge, the step is "
+              "skipped. Set preference_pairs to pairs of models that played the same clients", flush=True)
+        return 0
     sensitivity = subjects_sensitivity(planned["context_id"] if not planned.empty else dialogues["context_id"], profiles)
     check_all(judges, sensitivity, f"the profiles of {run_dir} (and the dialogues role-played from them)")
     if skipped["no_profile"]:
