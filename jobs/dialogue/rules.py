@@ -50,6 +50,13 @@ class Countdown(StrictModel):
     counts: Literal["turns", "rounds"] = Field(
         "turns", description="What `{n}` counts: turns, or rounds (the SQPsych paper's \"turns\" are exchanges)."
     )
+    note_one: str | None = Field(
+        None, description="The note when one is left (a singular, e.g. \"in 1 turn.\"); None: `note`."
+    )
+    last_note: str | None = Field(
+        None, description="The note on `end_turn` and after, when none is left (e.g. asking for the stop token "
+        "now); `{token}` is the rules' stop token. None: `note` with 0."
+    )
 
 
 class DialogueRules(StrictModel):
@@ -120,11 +127,15 @@ class DialogueRules(StrictModel):
         return next((p for p in self.phases if p.first_round <= r <= p.last_round), None)
 
     def countdown_note(self, turn: int) -> str | None:
+        """The countdown's note for `turn`, or None before it starts. After `end_turn` the count
+        stays at 0 (a negative count, "in -1 turns", asks for nothing an agent can do)."""
         c = self.countdown
         if c is None or turn < c.from_turn:
             return None
-        left = c.end_turn - turn if c.counts == "turns" else self.round_of(c.end_turn) - self.round_of(turn)
-        return c.note.replace("{n}", str(max(0, left)))
+        left = max(0, c.end_turn - turn if c.counts == "turns" else self.round_of(c.end_turn) - self.round_of(turn))
+        note = c.last_note if left == 0 and c.last_note is not None else (
+            c.note_one if left == 1 and c.note_one is not None else c.note)
+        return note.replace("{n}", str(left)).replace("{token}", self.stop_token)
 
     def regeneration_note(self, utterance: str) -> str:
         return self.repeat_note.replace("{utterance}", utterance)

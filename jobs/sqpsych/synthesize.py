@@ -16,7 +16,9 @@ The method, as the code runs it (the paper's section 3 and its code, AI-MH/quest
    session only from `min_turns` on (the client may end earlier, by group: the paper strips it
    through round 12 for MDD clients, round 7 for control ones, round 15 for the therapist), the
    client answers the therapist's ending once more, seeing its `[/END]`, a repeated utterance is asked again with a
-   note, a countdown asks to wrap up near the end, and `max_turns` is the hard cap;
+   note, a countdown asks to wrap up near the end (the authors' words, round 31 asking for the
+   token), and `max_turns` is the hard cap. The authors' second call per turn (their
+   `iterative_rewrites` flag) is not run: it resamples the same prompt (docs/sqpsych-fidelity.md);
 5. each answered turn is written to `RUN_DIR/turns/` at once; each ended session to
    `RUN_DIR/dialogues/` (turns, how it ended, the models). Re-running resumes every session from
    its last written turn.
@@ -65,9 +67,13 @@ class SynthesizeConfig(RunConfig):
     )
     max_turns: int = Field(66, ge=2, description="Hard cap in turns (the paper: 33 rounds).")
     countdown: Countdown | None = Field(
-        default_factory=lambda: Countdown(from_turn=45, end_turn=61, counts="rounds"),
+        default_factory=lambda: Countdown(
+            from_turn=45, end_turn=61, counts="rounds", note_one="You should end the conversation in 1 turn.",
+            last_note="You should end the conversation in this turn with '{token}' token."),
         description="After round 22 the authors' code tells both agents how many rounds are left (round 23: "
-        "\"You should end the conversation in 8 turns.\", 0 at round 31); null: no countdown.",
+        "\"You should end the conversation in 8 turns.\", round 30 \"in 1 turn.\", round 31 \"in this turn "
+        "with '[/END]' token.\"; their rounds 32-33 say \"in -1 / -2 turns.\", here round 31's words again); "
+        "null: no countdown.",
     )
     max_regenerations: int = Field(10, ge=0, description="Times a repeated utterance is asked again (the paper: 10).")
     generation: GenerationOverrides = Field(

@@ -56,3 +56,15 @@ def test_a_countdown_in_rounds_says_what_the_paper_says():
                           countdown=Countdown(from_turn=45, end_turn=59, counts="rounds"))
     assert rules.countdown_note(45) == "You should end the conversation in 7 turns."
     assert rules.countdown_note(46).endswith("in 7 turns.") and rules.countdown_note(47).endswith("in 6 turns.")
+
+
+def test_a_countdown_has_its_own_words_for_one_left_and_for_none():
+    """`note_one` at one left, `last_note` (with the stop token filled) from `end_turn` on; a
+    countdown without them keeps `note` (the test above)."""
+    countdown = Countdown(from_turn=5, end_turn=9, counts="rounds", note_one="Wrap up in 1 round.",
+                          last_note="Say {token} now.")
+    rules = DialogueRules(first_speaker="t", max_turns=12, stop_token="<bye>", countdown=countdown)
+    # rounds: turn 5 -> 3, turn 7 -> 4, turn 9 -> 5 (the end), turn 11 -> 6
+    assert [rules.countdown_note(t) for t in (5, 6, 7, 8, 9, 10, 11)] == [
+        "You should end the conversation in 2 turns.", "You should end the conversation in 2 turns.",
+        "Wrap up in 1 round.", "Wrap up in 1 round.", "Say <bye> now.", "Say <bye> now.", "Say <bye> now."]

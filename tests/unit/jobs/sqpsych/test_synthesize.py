@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.core.schemas import DIALOGUES, ENDED_CAP, TURNS
+from jobs.dialogue.engine import build_messages
 from jobs.sqpsych.schemas import PROFILES
 from jobs.sqpsych.synthesize import SynthesizeConfig, build_specs, read_profiles, run
 from jobs.core.store import TableStore
@@ -92,9 +93,39 @@ def test_a_run_without_profiles_says_which_step_writes_them(tmp_path):
         read_profiles(tmp_path)
 
 
+# The authors' words, written out from their `TherapySession.run` (src/agents.py @ fcf2665): after
+# round r's client line their counter is r; from r = 22 on they set `turn_to_end = 30 - r`, which
+# both agents hear in round r + 1, appended to the prompt: "in {n} turns." (round 23: 30 - 22 = 8),
+# "in 1 turn." at n == 1 (round 30: 30 - 29), and at n == 0 (round 31: 30 - 30) the one sentence
+# that names the token.
+AUTHORS_ROUND_23 = "You should end the conversation in 8 turns."
+AUTHORS_ROUND_30 = "You should end the conversation in 1 turn."
+AUTHORS_ROUND_31 = "You should end the conversation in this turn with '[/END]' token."
+
+
 def test_the_countdown_and_the_repeat_note_are_the_papers(tmp_path):
     write_profiles(tmp_path / "run", {"c1": "public"})
     spec = build_specs(read_profiles(tmp_path / "run"), _cfg(tmp_path))[0][0]
-    # Round 23 (turn 45): the authors' code says 30 - 22 = 8 rounds are left.
-    assert spec.rules.countdown_note(45) == "You should end the conversation in 8 turns."
+    note = spec.rules.countdown_note
+    # Round r is turns 2r - 1 (therapist) and 2r (client): both hear the same note.
+    assert note(43) is None and note(44) is None  # round 22: no countdown yet
+    assert note(45) == note(46) == AUTHORS_ROUND_23
+    assert note(59) == note(60) == AUTHORS_ROUND_30
+    assert note(61) == note(62) == AUTHORS_ROUND_31
+    # Rounds 32-33: the authors' counter goes on to "in -1 turns." / "in -2 turns."; ours repeats
+    # round 31's request (docs/sqpsych-fidelity.md, turn rules).
+    assert note(63) == note(66) == AUTHORS_ROUND_31
     assert spec.rules.regeneration_note("Client: hi") == "Your utterance should be different from Client: hi"
+
+
+def test_round_31s_prompt_ends_with_the_token_request(tmp_path):
+    """The note reaches what the model reads: the last line of the therapist's user message of
+    turn 61 and of the client's of turn 62."""
+    write_profiles(tmp_path / "run", {"c1": "public"})
+    spec = build_specs(read_profiles(tmp_path / "run"), _cfg(tmp_path))[0][0]
+    turns = [{"turn": t, "role": "therapist" if t % 2 else "client", "text": f"line {t}"} for t in range(1, 61)]
+    therapist = build_messages(spec, "therapist", turns, 61, [spec.rules.countdown_note(61)])
+    assert therapist[-1]["content"].rstrip().splitlines()[-1] == AUTHORS_ROUND_31
+    client = build_messages(spec, "client", turns + [{"turn": 61, "role": "therapist", "text": "bye"}], 62,
+                            [spec.rules.countdown_note(62)])
+    assert client[-1]["content"].rstrip().splitlines()[-1] == AUTHORS_ROUND_31
