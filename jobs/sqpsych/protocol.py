@@ -52,7 +52,7 @@ class Protocol(StrictModel):
     system: Segment | None = Field(None, description="The system message's markers; None: the file has none.")
     user: Segment = Field(description="The user message's markers (searched after the system message).")
     send_system: bool = Field(True, description="Send the file's system message. False where it is only the "
-                              "model's own template default (Qwen's), which the server adds by itself.")
+                              "model's own template default (Qwen2.5's), which the server adds by itself.")
     remove: list[str] = Field(default_factory=list, description="Strings removed from every raw answer "
                               "(the authors' post_process: `<|END_RESPONSE|>`, `<tool_call>`).")
     notes: str = ""

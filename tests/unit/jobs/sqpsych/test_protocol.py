@@ -63,8 +63,10 @@ def test_the_variants_differ_as_the_files_say():
         assert ("at least 20 turns before using" in therapist(family)[1]) == (family != "qwen-2.5")
     assert "fewer than 128 words" in therapist("llama3")[1] and "fewer than 64 words" in therapist("gemma")[1]
     assert therapist("command")[0].startswith("# System Preamble")
-    # Qwen's system turn is its template's default: not sent (the server adds it for Qwen models)
-    assert therapist("qwen-2.5")[0] == "" and therapist("qwen_qwq")[0] == ""
+    # Qwen2.5's system turn is its chat template's default: not sent (the server adds it). QwQ-32B's
+    # template adds no system turn, so the authors' line is sent, as their QwQ read it (issue 33).
+    assert therapist("qwen-2.5")[0] == ""
+    assert therapist("qwen_qwq")[0] == "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
     assert split_messages((CONF_DIR / "sqpsych" / "prompts" / "therapist_qwen-2.5.txt").read_text(),
                           load_protocol("qwen-2.5"))[0] == "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
     assert therapist("gemma")[0] == "" and therapist("mistral")[0] == ""
