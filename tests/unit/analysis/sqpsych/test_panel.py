@@ -64,7 +64,11 @@ def test_undefined_correlations_say_why(rubric, scores):
     # pooled items: d1, d2 (3 items each) and d4's two valid items
     assert corr.loc[("j2", ITEMS_POOLED), "n"] == 8
     client = corr.loc[("j1", "client")]  # j1's client item is 0, 0, 1, 1; experts' 0.5, 1, 1, 1
-    assert client["n"] == 4 and client["r"] == pytest.approx(stats.pearsonr([0, 0, 1, 1], [0.5, 1, 1, 1])[0])
+    # Pearson by its definition: x = 0, 0, 1, 1 (mean 0.5), y = 0.5, 1, 1, 1 (mean 0.875);
+    # dx = -.5, -.5, .5, .5; dy = -.375, .125, .125, .125;
+    # sum dx*dy = .1875 - .0625 + .0625 + .0625 = .25; sum dx^2 = 1; sum dy^2 = .140625 + 3 * .015625 = .1875;
+    # r = .25 / sqrt(1 * .1875) = 1 / sqrt(3)
+    assert client["n"] == 4 and client["r"] == pytest.approx(1 / math.sqrt(3), abs=1e-12)
     assert pearson(np.array([1.0, 1, 1]), np.array([1.0, 2, 3]))[2] == "constant scores"
 
 

@@ -16,15 +16,15 @@ VALS = {0: (0, 0, 0), 1: (1, 0, 0), 2: (1, 1, 0), 3: (1, 1, 1), 4: (2, 1, 1), 5:
 
 
 def test_icc2k_by_hand():
-    # 3 dialogues x 2 judges: [[1, 2], [3, 4], [5, 5]]; grand mean 10/3
+    """ICC(2,k) = (MSR - MSE) / (MSR + (MSC - MSE) / n), with the two-way ANOVA's mean squares
+    worked out by hand for 3 dialogues x 2 judges [[1, 2], [3, 4], [5, 5]]:
+    grand mean 20/6 = 10/3; dialogue means 1.5, 3.5, 5; judge means 3, 11/3;
+    SSR = 2 * ((11/6)^2 + (1/6)^2 + (5/3)^2) = 2 * 222/36 = 37/3, MSR = SSR / 2 = 37/6;
+    SSC = 3 * ((1/3)^2 + (1/3)^2) = 2/3, MSC = 2/3;
+    SST = (49 + 16 + 1 + 4 + 25 + 25) / 9 = 40/3, SSE = 40/3 - 37/3 - 2/3 = 1/3, MSE = 1/6;
+    ICC = (37/6 - 1/6) / (37/6 + (2/3 - 1/6) / 3) = 6 / (38/6) = 18/19."""
     x = np.array([[1, 2], [3, 4], [5, 5]], dtype=float)
-    g = 20 / 6
-    row_means, col_means = [1.5, 3.5, 5.0], [3.0, 11 / 3]
-    ss_rows = 2 * sum((m - g) ** 2 for m in row_means)
-    ss_cols = 3 * sum((m - g) ** 2 for m in col_means)
-    ss_tot = sum((v - g) ** 2 for v in x.ravel())
-    msr, msc, mse = ss_rows / 2, ss_cols / 1, (ss_tot - ss_rows - ss_cols) / 2
-    assert icc2k(x) == pytest.approx((msr - mse) / (msr + (msc - mse) / 3), abs=1e-12)
+    assert icc2k(x) == pytest.approx(18 / 19, abs=1e-12)
     # perfect agreement -> 1; too few dialogues -> undefined
     assert icc2k(np.array([[1, 1], [3, 3], [6, 6.0]])) == pytest.approx(1.0)
     assert math.isnan(icc2k(np.array([[1, 2.0]])))
@@ -47,7 +47,13 @@ def test_alpha_and_icc_across_judges(tmp_path):
     d_o = 2 * (1 - 2) ** 2 / 8
     d_e = sum((a - b) ** 2 for a in v for b in v) / (8 * 7)
     assert row["krippendorff_alpha"] == pytest.approx(1 - d_o / d_e, abs=1e-9)
-    assert row["icc2k"] == pytest.approx(icc2k(np.array(list(zip(*totals.values())), dtype=float)))
+    # ICC(2,k) by hand on the 4 x 2 matrix [[1, 2], [3, 3], [5, 5], [6, 6]]: grand mean 31/8 = 3.875;
+    # dialogue means 1.5, 3, 5, 6: SSR = 2 * (2.375^2 + 0.875^2 + 1.125^2 + 2.125^2) = 24.375, MSR = 8.125;
+    # judge means 3.75, 4: SSC = 4 * (0.125^2 + 0.125^2) = 0.125, MSC = 0.125;
+    # SST = 8.265625 + 3.515625 + 2 * 0.765625 + 2 * 1.265625 + 2 * 4.515625 = 24.875,
+    # SSE = 24.875 - 24.375 - 0.125 = 0.375, MSE = 0.375 / 3 = 0.125;
+    # ICC = (8.125 - 0.125) / (8.125 + (0.125 - 0.125) / 4) = 8 / 8.125 = 64/65
+    assert row["icc2k"] == pytest.approx(64 / 65, abs=1e-12)
 
 
 def test_bootstrap_ci_brackets_the_mean_and_is_seeded(tmp_path):
