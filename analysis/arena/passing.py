@@ -1,10 +1,11 @@
 """Ψ-Arena's pass rule, computed once: per session, each scale's total and whether it passes.
 
-A session is scored on three scales (the simulated client's, the supervisors', the counselor's
-self-assessment), each a rubric whose aggregate `total` is the sum of its items and whose pass
-mark is `pass_above` (client 42, supervisor 24, counselor 35: a total *above* the mark passes,
-so 42 fails and 43 passes). The overall pass is all three. Several evaluators of one scale (the
-supervisor judges) are averaged: the scale's total is the mean of their totals.
+A session is scored on three scales (the client's, the supervisor's and the counselor's
+self-assessment form, all three filled in by one fixed evaluator in the paper's setup), each a
+rubric whose aggregate `total` is the sum of its items and whose pass mark is `pass_above`
+(client 42, supervisor 24, counselor 35: a total *above* the mark passes, so 42 fails and 43
+passes). The overall pass is all three. Several evaluators of one scale (an option of ours:
+`evaluator: null, judges: [A, B]`) are averaged: the scale's total is the mean of their totals.
 
 Pure pandas over the shared SCORES table: the optimization loop (`jobs.arena.optimize`) imports
 this module to pick the sessions to improve and the items to feed back, and the report uses it

@@ -42,17 +42,19 @@ from analysis.scores import load_scores, status_counts
 from analysis.writer import ReportWriter, Section
 from jobs.core.rundir import read_run_record
 
-SCALE_TITLES = {"client": "client scale", "supervisor": "supervisor scale", "counselor": "counselor self-assessment"}
+SCALE_TITLES = {"client": "client scale", "supervisor": "supervisor scale",
+                "counselor": "counselor scale (self-assessment form)"}
 
 HOW_TO_READ = (
     "Each session is a counseling conversation between a counselor model under test (with the plain "
     "<code>vanilla</code> system prompt or the counseling <code>psycho</code> prompt) and a client simulator "
     "playing one client card, round by round (a round: the client speaks, then the counselor), the client "
     "moving through trust-building, diagnosis and solution exploration. Three perspectives score the whole "
-    "transcript: the simulated client (client scale, items 0-4, passes with a total above 42), one or more "
-    "supervisors (supervisor scale, items 0-4, passes above 24; several supervisor judges are averaged, "
-    "their mean total must be above the mark) and the counselor itself (self-assessment, items 0-5, passes "
-    "above 35). \"Above\" is strict: a client total of 42 fails, 43 passes. A total is the sum of every item; "
+    "transcript, all filled in by one fixed evaluator model in the paper's setup (never by the client simulator "
+    "or the counselor under test): the client's (client scale, items 0-4, passes with a total above 42), the "
+    "supervisor's (supervisor scale, items 0-4, passes above 24) and the counselor's self-assessment form, "
+    "filled in by the evaluator in the counselor's place (items 0-5, passes above 35); where a scale has "
+    "several evaluators (an option), their totals are averaged. \"Above\" is strict: a client total of 42 fails, 43 passes. A total is the sum of every item; "
     "an item that was out of range (recorded as invalid, never clipped), unreadable or not returned has no "
     "score, so that evaluator's total is missing rather than smaller. A session passes overall when all three "
     "scales pass; a pass rate is the share of sessions whose pass is known (n beside it). Iteration 0 is the "

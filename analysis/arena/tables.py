@@ -1,7 +1,7 @@
 """The numbers of the Ψ-Arena paper's tables and figures, from the run's sessions and scores.
 
 Every pass here comes from `analysis.arena.passing` (a scale's total strictly above its mark,
-supervisor judges averaged, a total with a missing or invalid item missing): a rate is the share
+several evaluators of a scale averaged, a total with a missing or invalid item missing): a rate is the share
 of passes among the sessions whose pass is known, with that n beside it. Iteration 0 is the
 evaluation before any optimization: Table 2, the themes and the items are on it. The
 optimization tables follow each *chain* (one card, counselor and prompt variant, and its

@@ -162,6 +162,15 @@ def extract_prompt(ref: str) -> tuple[str, str]:
     return text, f"card-extract-{_sha256(text)[:12]}"
 
 
+def draw_pool(posts: pd.DataFrame, limit: int, seed: int) -> pd.DataFrame:
+    """The first `limit` posts in the order of sha256("<seed>:<post id>"): a draw that no file
+    order can change (the same posts however the file is sorted), the same for the same seed, and
+    whose larger limits extend it."""
+    order = [hashlib.sha256(f"{seed}:{cid}".encode("utf-8")).hexdigest() for cid in posts["context_id"].astype(str)]
+    return posts.assign(_order=order).sort_values("_order", kind="stable").head(limit).drop(columns="_order") \
+        .reset_index(drop=True)
+
+
 def post_hints(cfg: CardsConfig, taxonomy: Taxonomy) -> dict[str, str]:
     """Post id -> the keyword hint appended to it (a source in PsyQA's layout with a keyword map);
     {} otherwise."""
@@ -182,11 +191,17 @@ def run_posts(cfg: CardsConfig, taxonomy: Taxonomy) -> int:
     model = load_model(extractor)
     template, prompt_version = extract_prompt(cfg.extract_prompt)
 
-    posts, report = read_contexts(ds)
+    seeded = cfg.pool_seed is not None and ds.limit is not None
+    posts, report = read_contexts(ds.model_copy(update={"limit": None}) if seeded else ds)
     print(report.summary(), flush=True)
     if posts.empty:
         print(f"error: no usable post in {report.file}; nothing to do", file=sys.stderr)
         return 2
+    if seeded:
+        usable = len(posts)
+        posts = draw_pool(posts, ds.limit, cfg.pool_seed)
+        print(f"cards: the pool is {len(posts)} of {usable} usable post(s), drawn in the order of seed "
+              f"{cfg.pool_seed} (pool_seed; not the file's order)", flush=True)
     # Before anything is written or sent: restricted posts never reach an external extractor.
     check_all([model], ds.sensitivity, ds.name)
     grew = record_inputs(run_dir, "cards", decides={
@@ -194,7 +209,7 @@ def run_posts(cfg: CardsConfig, taxonomy: Taxonomy) -> int:
         "dataset_columns": ds.columns.model_dump(), "extract_prompt": cfg.extract_prompt,
         "extract_prompt_sha256": _sha256(template), "taxonomy": taxonomy.version, "language": cfg.language,
         "keyword_topics": file_fingerprint(find_file(cfg.dataset.keyword_topics)) if cfg.dataset.keyword_topics
-        else None,
+        else None, "pool_seed": cfg.pool_seed,
     }, may_grow={"dataset.limit": ds.limit, "extractor": extractor, "dataset_path": str(ds.resolved_path())},
         write=not cfg.dry_run)
     for line in grew:

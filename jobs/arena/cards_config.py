@@ -96,6 +96,11 @@ class CardsConfig(ArenaRunConfig):
         description="Overrides of the extractor's sampling (default: temperature 0, 400 tokens: a card is ~300).")
     extract_prompt: str = Field(
         "arena/card_extract.txt", description="The extraction prompt (`{post}`, `{taxonomy}`), on the config search path.")
+    pool_seed: int | None = Field(
+        0, description="posts: the pool of `dataset.limit` posts is drawn from every usable post of the file in a "
+        "seeded order (each post id hashed with this seed), so which posts are carded does not depend on the "
+        "file's order; a larger limit extends the same pool. Recorded in RUN_DIR/run_inputs.json. None: the "
+        "first `dataset.limit` posts in file order.")
     card_selection: Literal["one_per_topic", "all"] = Field(
         "one_per_topic", description="one_per_topic (the paper): from the pool of ok cards (`dataset.limit` "
         "posts), one card per topic by the rule of `jobs.arena.selection`; all: every ok card.")

@@ -1,6 +1,7 @@
 """The keys every Ψ-Arena step reads, with the same names as the other methods where the meaning
 is the same: `models` (the counselors under test), `judges` (the supervisor evaluators),
-`client_model` (the client simulator), `evaluator` (who fills in the three scales), `generation` (the
+`client_model` (the client simulator, which never rates), `evaluator` (who fills in the three scales: in
+the paper one fixed model plays client, supervisor and counselor for assessment), `generation` (the
 counselors' sampling), `run_dir`, plus `rounds`, `variants` and `iterations`.
 """
 
@@ -71,7 +72,7 @@ class ArenaRunConfig(RunConfig):
     )
     judge_generation: GenerationOverrides = Field(
         default_factory=GenerationOverrides,
-        description="Overrides of every evaluator's sampling (client, supervisor, counselor self-assessment).",
+        description="Overrides of every evaluator's sampling (client, supervisor and counselor scales).",
     )
     max_repairs: int = Field(1, ge=0, le=3, description="Repair requests when an evaluator's answer cannot be parsed.")
     prompt_version: str = Field("arena-2026-11", description="Recorded on every session.")

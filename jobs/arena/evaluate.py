@@ -61,8 +61,9 @@ RECORD_JOB = "evaluate"
 
 class EvaluateConfig(ArenaRunConfig):
     """The tripartite evaluation: every ok session x each scale's evaluators -> scores
-    (`jobs.arena.evaluate`). Its keys are the shared ones: `scales` (role -> rubric), `judges`
-    (the supervisors), `client_model`, `judge_generation`, `max_repairs`."""
+    (`jobs.arena.evaluate`). Its keys are the shared ones: `scales` (role -> rubric), `evaluator`
+    (the paper's one fixed model on all three scales) or `judges`, `judge_generation`,
+    `max_repairs`."""
 
 
 # --- rubrics and evaluators -----------------------------------------------------------------------

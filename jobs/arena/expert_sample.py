@@ -1,14 +1,15 @@
 """The expert study's sample: sessions drawn from a run for human experts to rank, blinded.
 
-    python -m jobs.arena.expert_sample RUN_DIR [--cards 30] [--seed 0] [--models m/psycho,m/vanilla,...]
+    python -m jobs.arena.expert_sample RUN_DIR [--cards 30] [--seed 0] [--n-models 4 | --models m/psycho,...]
     python -m jobs.arena.expert_sample unblind RUN_DIR/expert_sample/sheet.csv --out rankings.csv
     python -m jobs.pipeline experiment=arena rankings.path=rankings.csv run_dir=RUN_DIR steps=[rankings,report]
 
 The paper's experts ranked the sessions of 4 counselors on 30 cases, on the three scales and
 overall. This draws `--cards` cards from the run's finished iteration-0 sessions, stratified by
 theme (themes in turn, a card drawn at random within each, until enough), and for each card takes
-the sessions of the chosen counselor/variant models (default: every one the run has for all the
-drawn cards). Each session gets a blinded id (`S001`...: a random order, so the id says nothing
+the sessions of the chosen counselor/variant models (default: four of the run's, drawn with the
+seed, as the paper's four counselors; `--n-models 0`: every one; cards are those every chosen
+model has a session of). Each session gets a blinded id (`S001`...: a random order, so the id says nothing
 about the model). It writes `RUN_DIR/expert_sample/`:
 - `sheet.csv`: one row per (card, blinded session, scale) with an empty `rank` (1 = best of the
   card's sessions) and an `expert` column for the expert to fill in (copy the sheet per expert);
@@ -34,7 +35,7 @@ from jobs.arena.sessions import render_transcript
 from jobs.core.schemas import STATUS_OK
 from jobs.core.store import TableStore
 
-__all__ = ["draw_cards", "unblind", "write_sample"]
+__all__ = ["PAPER_MODELS", "draw_cards", "draw_models", "unblind", "write_sample"]
 
 FOLDER = "expert_sample"
 
@@ -54,8 +55,23 @@ def draw_cards(cards_by_theme: dict[str, list[str]], n: int, seed: int) -> list[
     return out
 
 
-def write_sample(run_dir: Path, n_cards: int, seed: int, models: list[str] | None = None) -> Path:
-    """Draw the sample and write the sheet, transcripts, key and record; returns the folder."""
+PAPER_MODELS = 4  # the paper's experts ranked the sessions of four counselors
+
+
+def draw_models(labels: list[str], n: int | None, seed: int) -> list[str]:
+    """`n` of the run's counselor/variant labels drawn with `seed` (sorted); all of them when `n`
+    is None or 0 or not below their number."""
+    labels = sorted(labels)
+    if not n or n >= len(labels):
+        return labels
+    return sorted(random.Random(seed + 2).sample(labels, n))
+
+
+def write_sample(run_dir: Path, n_cards: int, seed: int, models: list[str] | None = None,
+                 n_models: int | None = PAPER_MODELS) -> Path:
+    """Draw the sample and write the sheet, transcripts, key and record; returns the folder.
+    `models` names the counselor/variant labels; else `n_models` of the run's are drawn (the
+    paper's four; None or 0: every one)."""
     sessions = TableStore(run_dir, SESSIONS).read()
     s = sessions[sessions["status"].eq(STATUS_OK) & sessions["iteration"].astype(int).eq(0)].copy()
     if s.empty:
@@ -64,7 +80,8 @@ def write_sample(run_dir: Path, n_cards: int, seed: int, models: list[str] | Non
     cards = TableStore(run_dir, CARDS).read(columns=["rendered", "theme"]).assign(
         card_id=lambda d: d["card_id"].astype(str))
     s["card_id"] = s["card_id"].astype(str)
-    models = models or sorted(s["model"].unique())
+    drawn_models = not models
+    models = models or draw_models(list(s["model"].unique()), n_models, seed)
     have = s[s["model"].isin(models)].groupby("card_id")["model"].nunique()
     full = set(have[have == len(models)].index)  # cards every chosen model has a session of
     theme = dict(zip(cards["card_id"], cards["theme"].fillna("(no theme)")))
@@ -92,6 +109,7 @@ def write_sample(run_dir: Path, n_cards: int, seed: int, models: list[str] | Non
     counts = pd.Series([theme.get(c, "(no theme)") for c in drawn]).value_counts().sort_index()
     (out / "sample.json").write_text(json.dumps({
         "seed": seed, "cards_requested": n_cards, "cards": drawn, "models": models,
+        "models_drawn": f"{len(models)} drawn with the seed" if drawn_models else "named (--models)",
         "cards_per_theme": {k: int(v) for k, v in counts.items()}, "sessions": len(picked)}, indent=2),
         encoding="utf-8")
     return out
@@ -131,9 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dir")
     p.add_argument("--cards", type=int, default=30, help="cards to draw (the paper: 30)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--models", default=None, help="counselor/variant labels, comma-separated (default: all)")
+    p.add_argument("--models", default=None, help="counselor/variant labels, comma-separated (default: "
+                   "--n-models of them drawn with the seed)")
+    p.add_argument("--n-models", type=int, default=PAPER_MODELS,
+                   help=f"how many counselor/variant labels to draw when --models is not given (the paper: "
+                        f"{PAPER_MODELS}; 0: every one the run has)")
     a = p.parse_args(argv)
-    out = write_sample(Path(a.run_dir), a.cards, a.seed, a.models.split(",") if a.models else None)
+    out = write_sample(Path(a.run_dir), a.cards, a.seed, a.models.split(",") if a.models else None, a.n_models)
     print(f"expert sample: {out} (sheet.csv, transcripts.md, key.csv, sample.json)")
     return 0
 

@@ -5,7 +5,8 @@ not, its rank in its topic, why) and a row per topic that has no card (`(none):<
 report shows the topic coverage. The sessions step role-plays only the chosen cards.
 
 The rule (`card_selection: one_per_topic`), in order:
-1. the most complete card: the most card fields filled in (optional ones count when present);
+1. the most complete card: the most card fields that say something (optional ones count when
+   present; "unknown", "not specified" and the like count as empty);
 2. then the most detailed: the longest detailed description (`distress_description`);
 3. then the smallest card id (a stable tie-break: the same pool always gives the same choice).
 `card_selection: all` keeps every ok card (several per topic, topics possibly missing).
@@ -25,7 +26,7 @@ from jobs.arena.taxonomy import Taxonomy
 from jobs.core.schemas import STATUS_OK
 from jobs.core.store import TableStore
 
-__all__ = ["NONE_PREFIX", "RULE", "planned_card_count", "rank_cards", "selected_ids", "write_selection"]
+__all__ = ["NONE_PREFIX", "RULE", "SAYS_NOTHING", "planned_card_count", "rank_cards", "selected_ids", "write_selection"]
 
 NONE_PREFIX = "(none):"
 RULE = ("one card per topic: the most card fields filled in, then the longest detailed description, then the "
@@ -33,10 +34,18 @@ RULE = ("one card per topic: the most card fields filled in, then the longest de
 DETAIL = "distress_description"
 
 
+# What an extractor writes in a field the post says nothing about: such a field is not filled.
+SAYS_NOTHING = frozenset({"unknown", "not specified", "unspecified", "not mentioned", "not stated", "not given",
+                          "not provided", "not applicable", "n/a", "na", "none", "null", "-", "?", "..."})
+
+
 def _filled(value: Any) -> bool:
+    """Whether a card field says something: not missing, not blank, not a placeholder such as
+    "unknown" or "not specified" (case and end punctuation aside)."""
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return False
-    return bool(str(value).strip())
+    text = str(value).strip()
+    return bool(text) and text.lower().strip(" .!()[]") not in SAYS_NOTHING and text.lower() not in SAYS_NOTHING
 
 
 def rank_cards(cards: pd.DataFrame, taxonomy: Taxonomy, rule: str = "one_per_topic") -> pd.DataFrame:

@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from jobs.arena.expert_sample import draw_cards, main, unblind, write_sample
+from jobs.arena.expert_sample import draw_cards, draw_models, main, unblind, write_sample
 from jobs.arena.schemas import CARDS, SESSIONS, session_id
 from jobs.core.store import TableStore
 
@@ -58,3 +58,18 @@ def test_the_sample_is_blinded_and_recorded(tmp_path):
     who = key.set_index("blind_id").loc[first["blind_id"]]
     assert (r.iloc[0]["counselor"], r.iloc[0]["variant"]) == (who["counselor"], who["variant"])
     assert len(unblind([out / "filled.csv"], out / "key.csv")) == 16
+
+
+def test_by_default_four_models_as_the_paper(tmp_path):
+    import random
+
+    _run(tmp_path)  # 2 counselors x 2 variants = 4 labels: all four, as the paper's four
+    record = json.loads((write_sample(tmp_path, 30, seed=5) / "sample.json").read_text())
+    assert record["models"] == ["m1/psycho", "m1/vanilla", "m2/psycho", "m2/vanilla"]
+    assert record["sessions"] == 5 * 4 and record["cards_requested"] == 30  # only 5 cards in this run
+    # with 2 of them asked for: the draw of Random(seed + 2).sample over the sorted labels, by hand
+    labels = ["m1/psycho", "m1/vanilla", "m2/psycho", "m2/vanilla"]
+    expect = sorted(random.Random(5 + 2).sample(labels, 2))
+    record = json.loads((write_sample(tmp_path, 30, seed=5, n_models=2) / "sample.json").read_text())
+    assert record["models"] == expect and record["sessions"] == 5 * 2 and "drawn" in record["models_drawn"]
+    assert draw_models(labels, 0, 5) == labels and draw_models(labels, 9, 5) == labels

@@ -88,3 +88,39 @@ def test_one_iteration_count_in_code_experiment_and_comment():
 def test_the_vanilla_turn_names_no_counselor_role():
     text = (ARENA / "counselor_turn_vanilla.txt").read_text(encoding="utf-8").lower()
     assert "counselor" not in text and "counsel" not in text
+
+
+def test_the_trust_phase_is_the_papers_and_the_guarded_one_an_option():
+    """The paper: in trust-building the client opens up, sharing personal feelings and
+    vulnerability. The guarded client of an earlier version is a named file, not the default."""
+    from jobs.arena.phases import load_phases
+
+    trust = load_phases("arena/phases.yaml", 25)[0]
+    text = trust.instruction.lower()
+    assert trust.name == "trust_building" and trust.last_round == 8
+    assert "opening up" in text and "feelings" in text and "vulnerabilit" in text
+    assert not any(w in text for w in ("guarded", "hold back", "test the counselor"))
+    guarded = load_phases("arena/phases_guarded.yaml", 25)[0].instruction.lower()
+    assert "guarded" in guarded and "hold back" in guarded
+
+
+def test_the_paper_setup_and_its_open_variant_say_which_they_are(tmp_path):
+    from jobs.arena.config import ArenaConfig
+    from jobs.core.configfiles import load_model
+    from jobs.config import validate
+    from tests.unit.jobs.test_config import compose
+
+    paper = validate(compose("experiment=arena", run_dir=tmp_path / "a"), ArenaConfig)
+    # the paper: GPT-4o extracts the cards and plays the client; every model at its own defaults
+    assert (paper.client_model, paper.extractor_model, paper.evaluator) == ("gpt-4o", "gpt-4o", "gpt-4o")
+    assert paper.generation.as_dict() == {} and paper.client_generation.as_dict() == {}
+    assert paper.optimize.control and "paper" in paper.setup
+    # a reasoning counselor's turn budget covers its trace: QwQ keeps its 2048, an R1 distill's 512 is raised
+    assert paper.counselor_generation(load_model("qwq-32b")) == {}
+    assert paper.counselor_generation(load_model("deepseek-r1-distill-llama-8b")) == {"max_tokens": 2048}
+    assert paper.counselor_generation(load_model("llama-3-1-8b-instruct")) == {}
+    open_ = validate(compose("experiment=arena_open", run_dir=tmp_path / "b"), ArenaConfig)
+    for name in (open_.client_model, open_.extractor_model, open_.evaluator, *open_.models):
+        assert load_model(name).locality == "local", name  # restricted data never leaves the cluster
+    assert "not the paper" in open_.setup and open_.experiment == "arena_open"
+    assert open_.optimize.control and open_.rounds == paper.rounds == 25

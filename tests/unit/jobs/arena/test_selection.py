@@ -69,3 +69,30 @@ def test_a_dry_run_plans_at_most_one_card_per_topic():
     assert planned_card_count(Cfg(), 100) == 100
     Cfg.card_selection = "all"
     assert planned_card_count(Cfg(), 100) == 300
+
+
+def test_a_field_that_says_unknown_is_not_filled():
+    # c7 has every field but two of them only say it knows nothing; c6 has one field empty
+    pool = [card("c6", "insomnia"), card("c7", "insomnia")]
+    pool[0]["occupation"] = None
+    pool[1].update(occupation="Unknown", marital_status="not specified.")
+    t = rank_cards(pd.DataFrame(pool), TAXONOMY).set_index("card_id")
+    n = len(CONTENT_FIELDS)
+    assert t.loc["c6", "completeness"] == n - 1 and t.loc["c7", "completeness"] == n - 2
+    assert t.loc["c6", "selected"] and not t.loc["c7", "selected"]  # by file order c6 would lose only on id
+
+
+def test_the_pool_is_drawn_by_seed_not_by_file_order():
+    import hashlib
+
+    from jobs.arena.cards import draw_pool
+
+    posts = pd.DataFrame({"context_id": [f"p{i}" for i in range(10)], "context": [f"post {i}" for i in range(10)]})
+    # by hand: the three ids whose sha256("0:<id>") sort first
+    expect = sorted(posts["context_id"], key=lambda c: hashlib.sha256(f"0:{c}".encode()).hexdigest())[:3]
+    drawn = draw_pool(posts, 3, 0)
+    assert list(drawn["context_id"]) == expect and list(drawn.columns) == ["context_id", "context"]
+    reversed_file = posts.iloc[::-1].reset_index(drop=True)
+    assert list(draw_pool(reversed_file, 3, 0)["context_id"]) == expect  # the file's order changes nothing
+    assert list(draw_pool(posts, 5, 0)["context_id"])[:3] == expect       # a larger limit extends the pool
+    assert list(draw_pool(posts, 3, 2)["context_id"]) != expect           # another seed, another pool
