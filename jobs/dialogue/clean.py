@@ -17,6 +17,7 @@ from dataclasses import dataclass
 class Cleaned:
     text: str
     has_stop: bool
+    labeled: bool = True  # the answer carried the agent's own label (a method may require it)
 
 
 def _stop_pattern(token: str) -> re.Pattern[str]:
@@ -46,10 +47,14 @@ def _unquote(text: str) -> str:
     return text
 
 
-def clean_utterance(raw: str, label: str, other_labels: list[str], stop_token: str) -> Cleaned:
-    """The utterance of the agent labeled `label` in `raw`, and whether it carried the stop token.
+def clean_utterance(raw: str, label: str, other_labels: list[str], stop_token: str,
+                    first_line: bool = False) -> Cleaned:
+    """The utterance of the agent labeled `label` in `raw`, whether it carried the stop token, and
+    whether the label was there.
 
     - text before the agent's own label is dropped (a preamble, a repeated prompt), and the label;
+    - with `first_line`, only the first non-empty line after it is kept (a method whose authors
+      keep one line: what follows is a second turn, a note or a reasoning aside);
     - anything from another agent's label on is dropped (the model wrote the partner's line);
     - "(Note: ...)" asides, "Note: ..." lines and "(N words)" counts are dropped;
     - the stop token (in any loose spelling) is removed and reported;
@@ -58,8 +63,12 @@ def clean_utterance(raw: str, label: str, other_labels: list[str], stop_token: s
     text = raw or ""
     own = _label_pattern(label)
     m = own.search(text)
+    labeled = m is not None
     if m:
         text = text[m.end():]
+    if first_line:
+        # The first line with any text: a label alone on its line ("Client:\n...") keeps the next.
+        text = next((line for line in text.splitlines() if line.strip()), "")
     for other in other_labels:
         m = _label_pattern(other).search(text)
         if m:
@@ -75,7 +84,7 @@ def clean_utterance(raw: str, label: str, other_labels: list[str], stop_token: s
     text = _NOTE_PAREN.sub("", text)
     text = re.sub(r"[ \t]+", " ", text)
     text = re.sub(r"\s*\n\s*", "\n", text).strip()
-    return Cleaned(text=_unquote(text), has_stop=has_stop)
+    return Cleaned(text=_unquote(text), has_stop=has_stop, labeled=labeled)
 
 
 def normalized(text: str) -> str:

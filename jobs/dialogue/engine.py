@@ -13,6 +13,7 @@ its completed turns kept and `stopped_at_turn` saying where; resuming retries fr
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from pydantic import Field, model_validator
 
 from jobs.core.base import StrictModel
 
-from jobs.dialogue.clean import clean_utterance, normalized
+from jobs.dialogue.clean import Cleaned, clean_utterance, normalized
 from jobs.dialogue.rules import DialogueRules
 from jobs.core.callfields import call_fields
 from jobs.core.schemas import ENDED_CAP, ENDED_ERROR, ENDED_STOP_TOKEN, STATUS_ERROR, STATUS_OK
@@ -82,6 +83,9 @@ class DialogueSpec(StrictModel):
         roles = [a.role for a in self.agents]
         if roles[0] == roles[1]:
             raise ValueError(f"dialogue {self.dialogue_id!r}: both agents have role {roles[0]!r}")
+        unknown = sorted(set(self.rules.policies) - set(roles))
+        if unknown:
+            raise ValueError(f"dialogue {self.dialogue_id!r}: rules.policies name {unknown}, not one of the roles {roles}")
         for name in ("first_speaker", "tested_role"):
             value = self.rules.first_speaker if name == "first_speaker" else self.tested_role
             if value is not None and value not in roles:
@@ -225,14 +229,19 @@ async def run_dialogue(
 async def _one_turn(client: ChatClient, spec: DialogueSpec, params: GenerationParams, role: str,
                     turns: list[dict[str, Any]], turn: int, labels: dict[str, str], sensitivity: str,
                     result: DialogueResult) -> dict[str, Any]:
-    """One utterance, regenerated while it repeats one of the same agent's earlier ones (or is
-    empty), up to the rules' limit. Returns the turn row (status `error` when a call failed).
+    """One utterance, regenerated while it repeats one of the same agent's earlier ones or is
+    unusable (empty, or without its label where the role's policy requires one), up to the role's
+    retries; then kept, replaced by a filler or failed, as the role's policy says. Returns the
+    turn row (status `error` when a call failed or the policy ends the dialogue; a filler turn
+    keeps the model's answer in `raw`).
 
     A regeneration samples with the seed plus its number (`regenerations`): an engine that honors
     a request's seed (vLLM, llama-server) answers the same messages with the same seed by the same
     text, so an empty reply regenerated under the dialogue's seed came back empty every time."""
     rules = spec.rules
     agent = spec.agent(role)
+    policy = rules.policy(role)
+    retries = rules.retries(role)
     others = [labels[r] for r in spec.roles if r != role]
     earlier = {normalized(t["text"]) for t in turns if t["role"] == role}
     countdown = rules.countdown_note(turn)
@@ -261,23 +270,64 @@ async def _one_turn(client: ChatClient, spec: DialogueSpec, params: GenerationPa
         raw = res.content or ""
         for token in agent.remove:
             raw = raw.replace(token, "")
-        cleaned = clean_utterance(raw, agent.label, others, rules.stop_token)
+        cleaned = clean_utterance(raw, agent.label, others, rules.stop_token, first_line=policy.first_line)
+        unusable = _unusable(cleaned, policy.require_label)
         repeated = normalized(cleaned.text) in earlier
-        empty = not cleaned.text
-        if (repeated or empty) and regenerations < rules.max_regenerations:
+        if (repeated or unusable) and regenerations < retries:
             regenerations += 1
-            # The paper's note quotes the utterance to avoid; an empty one has nothing to quote.
-            notes = ([countdown] if countdown else []) + ([rules.regeneration_note(cleaned.text)] if repeated else [])
+            # The paper's note quotes the utterance to avoid (a repeat, or an answer without its
+            # label); an empty one has nothing to quote.
+            notes = ([countdown] if countdown else []) + ([rules.regeneration_note(cleaned.text)] if cleaned.text else [])
             continue
         row["latency_s"] = time.perf_counter() - started
-        if empty:
-            row.update(status=STATUS_ERROR, error=f"empty utterance after {regenerations} regeneration(s): {res.content!r:.200}")
+        text, stop = cleaned.text, cleaned.has_stop
+        failure = None
+        if unusable:
+            failure, text, stop = _settle(policy.on_unusable, policy.unusable_fillers, text, stop, unusable, regenerations,
+                                          spec.dialogue_id, turn, res.content)
+            if failure is None and text != cleaned.text:
+                repeated = normalized(text) in earlier  # a filler can repeat an earlier line too
+        if failure is None and repeated:
+            failure, text, stop = _settle(policy.on_repeat, policy.repeat_fillers, text, stop,
+                                          "repeated an earlier utterance of the same agent", regenerations,
+                                          spec.dialogue_id, turn, res.content)
+        if failure is not None:
+            row.update(status=STATUS_ERROR, error=failure)
             return row
-        row.update(text=cleaned.text, stop=cleaned.has_stop and rules.honors_stop(role, turn))
+        row.update(text=text, stop=stop and rules.honors_stop(role, turn))
         if agent.revisions:
             await _revise(client, spec, agent, params, turns, turn, sensitivity, result, row, others)
             row["latency_s"] = time.perf_counter() - started
         return row
+
+
+def _unusable(cleaned: Cleaned, require_label: bool) -> str | None:
+    """Why an answer cannot be a turn (None when it can)."""
+    if not cleaned.text:
+        return "empty utterance"
+    if require_label and not cleaned.labeled:
+        return "utterance without the agent's label"
+    return None
+
+
+def filler_line(fillers: list[str], dialogue_id: str, turn: int) -> str:
+    """One of `fillers`, drawn from the dialogue and turn (not a random state): a resumed or
+    re-run dialogue puts the same line in the same place."""
+    usable = [f for f in fillers if f.strip()]
+    digest = hashlib.sha256(f"{dialogue_id}#{turn}".encode()).digest()
+    return usable[int.from_bytes(digest[:8], "big") % len(usable)]
+
+
+def _settle(action: str, fillers: list[str], text: str, stop: bool, why: str, regenerations: int,
+            dialogue_id: str, turn: int, raw: str | None) -> tuple[str | None, str, bool]:
+    """(error, text, stop) of an answer still unusable or repeated after its retries, by the
+    role's policy: kept as it is (an empty one cannot be: an error), a filler line in its place
+    (which never ends the dialogue), or an error that ends it with the reason."""
+    if action == "filler":
+        return None, filler_line(fillers, dialogue_id, turn), False
+    if action == "keep" and text:
+        return None, text, stop
+    return f"{why} after {regenerations} regeneration(s): {raw!r:.200}", text, stop
 
 
 def _retry(key: str, params: GenerationParams, regenerations: int) -> tuple[str, GenerationParams]:
@@ -329,7 +379,8 @@ async def _revise(client: ChatClient, spec: DialogueSpec, agent: AgentSpec, para
                                        res.latency_s, res.finish_reason))
                 row.update(status=res.status, error=f"revision step {step.name!r}: {res.error}", text=None)
                 return
-            cleaned = clean_utterance(res.content or "", agent.label, others, spec.rules.stop_token) if last else None
+            cleaned = clean_utterance(res.content or "", agent.label, others, spec.rules.stop_token,
+                                      first_line=spec.rules.policy(agent.role).first_line) if last else None
             text = cleaned.text if cleaned is not None else (res.content or "").strip()
             steps.append(_step_row(step.name, text, res.attempts, res.prompt_tokens, res.completion_tokens,
                                    res.latency_s, res.finish_reason))

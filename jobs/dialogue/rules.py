@@ -1,5 +1,6 @@
 """The rules of a two-agent dialogue, as data: who speaks first, when the stop token counts, the
-hard cap, repeated utterances, a countdown, phases by round.
+hard cap, repeated and unusable utterances (per role: label, first line, retries, fillers or an
+error), a countdown, phases by round.
 
 A method builds one `DialogueRules` per dialogue (SQPsych's rules differ by the client's group,
 Ψ-Arena's by phase) and the engine follows it; nothing here names a method. Turns count
@@ -59,6 +60,40 @@ class Countdown(StrictModel):
     )
 
 
+Action = Literal["keep", "filler", "error"]
+
+
+class RolePolicy(StrictModel):
+    """What one agent's unusable answers come to, as data (a method sets it per role).
+
+    An answer is *unusable* when it cleans to nothing, or (with `require_label`) when it lacks the
+    agent's own label; it is a *repeat* when it says what the same agent said before. Either is
+    asked again up to `retries` times (with the rules' repeat note quoting it, when there is
+    text to quote); what is left after that is kept, replaced by a filler line, or ends the
+    dialogue as an error, as `on_repeat` / `on_unusable` say. The defaults are the engine's
+    behaviour without a policy: a persisting repeat is kept, an empty answer fails the turn."""
+
+    require_label: bool = Field(False, description="An answer without the agent's own label (\"Client:\") is unusable.")
+    first_line: bool = Field(False, description="Keep only the first line after the label.")
+    retries: int | None = Field(None, ge=0, description="Times an unusable or repeated answer is asked again; "
+                                "None: the rules' `max_regenerations`.")
+    on_repeat: Action = Field("keep", description="A repeat after the retries: keep it, put a filler line in "
+                              "its place, or end the dialogue as an error.")
+    on_unusable: Action = Field("error", description="An unusable answer after the retries: keep its text (an "
+                                "empty one still fails the turn), a filler line, or end the dialogue as an error.")
+    repeat_fillers: list[str] = Field(default_factory=list, description="Lines drawn for a repeat (on_repeat: filler).")
+    unusable_fillers: list[str] = Field(default_factory=list, description="Lines drawn for an unusable answer "
+                                        "(on_unusable: filler).")
+
+    @model_validator(mode="after")
+    def _fillers(self) -> "RolePolicy":
+        for action, fillers, name in ((self.on_repeat, self.repeat_fillers, "repeat_fillers"),
+                                      (self.on_unusable, self.unusable_fillers, "unusable_fillers")):
+            if action == "filler" and not any(f.strip() for f in fillers):
+                raise ValueError(f"a filler action needs lines to draw from: {name} is empty")
+        return self
+
+
 class DialogueRules(StrictModel):
     """How one dialogue runs. Every field is data, so a method's config can set it."""
 
@@ -86,15 +121,18 @@ class DialogueRules(StrictModel):
         "agent reads (for a partner whose prompt asks it to answer the ending with the same token)."
     )
     max_regenerations: int = Field(
-        10, ge=0, description="Times a repeated (or empty) utterance is asked again; a repeat that "
-        "persists is kept (and counted), an utterance still empty fails the turn. An empty answer to a "
-        "revision step is asked again as often."
+        10, ge=0, description="Times a repeated (or empty) utterance is asked again (a role's policy may say "
+        "otherwise); by default a repeat that persists is kept (and counted), an utterance still empty fails "
+        "the turn (`policies` changes both). An empty answer to a revision step is asked again as often."
     )
     repeat_note: str = Field(
         "Your utterance should be different from: {utterance}",
         description="Appended to the prompt of a regeneration; `{utterance}` is the repeated text.",
     )
     countdown: Countdown | None = Field(None, description="An optional countdown note.")
+    policies: dict[str, RolePolicy] = Field(
+        default_factory=dict, description="Per role: the label and first-line rules and what a repeated or "
+        "unusable answer comes to (a role not listed: `RolePolicy()`).")
     phases: list[Phase] = Field(default_factory=list, description="Phases by round, if any.")
 
     @model_validator(mode="after")
@@ -136,6 +174,14 @@ class DialogueRules(StrictModel):
         note = c.last_note if left == 0 and c.last_note is not None else (
             c.note_one if left == 1 and c.note_one is not None else c.note)
         return note.replace("{n}", str(left)).replace("{token}", self.stop_token)
+
+    def policy(self, role: str) -> RolePolicy:
+        return self.policies.get(role) or RolePolicy()
+
+    def retries(self, role: str) -> int:
+        """Times `role`'s unusable or repeated answer is asked again."""
+        own = self.policy(role).retries
+        return self.max_regenerations if own is None else own
 
     def regeneration_note(self, utterance: str) -> str:
         return self.repeat_note.replace("{utterance}", utterance)
