@@ -1,13 +1,15 @@
-"""SQPsych's LLM panel: every finished dialogue scored by every judge on the 36-point rubric.
+"""SQPsych's LLM panel: the test split's dialogues scored by every judge on the 36-point rubric.
 
     python -m jobs.pipeline experiment=sqpsych judges=[llama-3-3-70b-instruct,qwen2-5-72b-instruct]
 
 The method, as the code runs it (the shared rubric engine and `JudgeStage`; the rubric file
 `conf/rubric/sqpsych_panel.yaml` says what is asked):
 1. read the run's dialogues (`RUN_DIR/dialogues/`, status ok: ended by the stop token or the cap)
-   and the profiles they were synthesized from (`RUN_DIR/profiles/`); keep the test split's and,
-   per therapist model, a seeded sample of 3 MDD + 2 control clients (the paper's 35 for seven
-   models; `panel_split`, `panel_sample`);
+   and the profiles they were synthesized from (`RUN_DIR/profiles/`); keep the test split's
+   (`panel_split`): every one of them is judged (the paper's Table 9, `panel_scope: split`). Per
+   therapist model a seeded sample of 3 MDD + 2 control clients (`panel_sample`: the paper's 35
+   for seven models, the dialogues its experts rated, Table 5) is drawn from them and recorded in
+   `RUN_DIR/panel_sample.json` for the report; `panel_scope: sample` judges only that sample;
 2. refuse before any request if a restricted profile's dialogue would reach an external judge: a
    dialogue is as restricted as the questionnaire it role-plays, and a dialogue whose profile
    does not say `public` is restricted (fail closed);
@@ -15,8 +17,9 @@ The method, as the code runs it (the shared rubric engine and `JudgeStage`; the 
    `Client: ...`, one rubric call (JSON constrained by the rubric's schema, at temperature 0 in
    the experiment, bounded repair), one `scores` row per item (subject_type `dialogue`,
    subject_id = the dialogue's id, responder = the therapist model);
-4. a judge that played a part in a dialogue (its therapist or client model) is not asked about
-   it unless `allow_self_judging` (then the report shows the self-preference gap);
+4. a judge that played a part in a dialogue (its therapist or client model), or is of the same
+   model family as one of them (`family:` in the model files: a Qwen judge and QwQ's dialogues),
+   is not asked about it unless `allow_self_judging` (then the report shows the self-preference gap);
 5. re-running resumes: written calls are skipped, calls with a failed required item are asked
    again (`retry_failed`). The totals (/18, /8, /10, /36) are the rubric's aggregates.
 
@@ -25,9 +28,10 @@ The judging loop (resume, plan, stage, failure summary) is the shared `jobs.judg
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 from pathlib import Path
-import hashlib
 from typing import Any, Iterable, Literal
 
 import pandas as pd
@@ -36,16 +40,19 @@ from pydantic import Field
 from jobs.config import RunConfig
 from jobs.judge import judge_planned, open_judging
 from jobs.core.rubric import Rubric
-from jobs.runner import plan_text
 from jobs.core.schemas import DIALOGUES, STATUS_OK, SUBJECT_DIALOGUE
 from jobs.sqpsych.schemas import PROFILES
 from jobs.core.store import TableStore
 from jobs.core.modelconfig import GenerationOverrides
-from jobs.core.configfiles import ConfigError
+from jobs.core.configfiles import ConfigError, load_model
+from jobs.sqpsych.panel_plan import (  # noqa: F401 - the dry run's plan, re-exported for the judging steps
+    planned_calls, planned_dialogues, planned_in_split, planned_profiles, print_plan,
+)
 from serving.governance import check_all
 
-__all__ = ["JudgingConfig", "PanelConfig", "no_finished_dialogues", "plan_panel", "read_profiles",
-           "render_transcript", "run", "select_dialogues", "self_judged", "subjects_sensitivity", "why_none_selected"]
+__all__ = ["JudgingConfig", "PANEL_SAMPLE_FILE", "PanelConfig", "model_families", "no_finished_dialogues",
+           "plan_panel", "read_profiles", "render_transcript", "run", "select_dialogues", "self_judged",
+           "subjects_sensitivity", "why_none_selected", "write_sample"]
 
 # What the judging jobs read of the cohort step's profiles table.
 PROFILES_DIR = PROFILES.name
@@ -55,6 +62,8 @@ RESTRICTED = "restricted"
 
 # What a dialogue judge can fill a rubric's placeholders with.
 PANEL_PLACEHOLDERS = ("transcript", "profile")
+# The Table 5 sample the panel drew (its dialogue ids, split, groups and seed), for the report.
+PANEL_SAMPLE_FILE = "panel_sample.json"
 
 
 class JudgingConfig(RunConfig):
@@ -69,7 +78,7 @@ class JudgingConfig(RunConfig):
 
 
 class PanelConfig(JudgingConfig):
-    """The LLM panel: the sampled test dialogues x every judge on a dialogue rubric -> scores."""
+    """The LLM panel: the test split's dialogues x every judge on a dialogue rubric -> scores."""
 
     rubric: str = Field(
         "sqpsych_panel",
@@ -79,13 +88,18 @@ class PanelConfig(JudgingConfig):
         "test", description="Judge dialogues of this split's clients (the paper: test); None: every split.")
     panel_sample: dict[str, int] | None = Field(
         default_factory=lambda: {"mdd": 3, "control": 2},
-        description="Dialogues per therapist model and client group (the paper: 3 MDD + 2 control = 5 per "
-        "model, 35 for seven); the same clients for every model where they have a dialogue. None: all.")
+        description="The Table 5 sample: dialogues per therapist model and client group drawn from the split "
+        "(the paper: 3 MDD + 2 control = 5 per model, 35 for seven, the dialogues its experts rated); the same "
+        "clients for every model where they have a dialogue; recorded in RUN_DIR/panel_sample.json. None: the "
+        "whole split is the sample.")
+    panel_scope: Literal["split", "sample"] = Field(
+        "split", description="What the judges score: `split`, every dialogue of panel_split (the paper's "
+        "Table 9; the sample is part of it); `sample`, only panel_sample's dialogues (Table 5 alone, fewer calls).")
     panel_seed: int = Field(0, description="Seed of the sample (which clients).")
     allow_self_judging: bool = Field(
-        False, description="Let a judge score dialogues it played a part in (therapist or client). Off by "
-        "default: such pairs are left out and counted; when on, they are judged and the report shows the "
-        "self-preference gap.")
+        False, description="Let a judge score dialogues it played a part in (therapist or client) or whose "
+        "players are of its model family (`family:` in the model files). Off by default: such pairs are left "
+        "out and counted; when on, they are judged and the report shows the self-preference gap.")
 
 
 # --- reading the run ------------------------------------------------------------------------------
@@ -173,19 +187,53 @@ def why_none_selected(dialogues: pd.DataFrame, meta: pd.DataFrame, split: str | 
             f"step is skipped. Set panel_sample=null to judge them all, or name their groups in panel_sample")
 
 
-def self_judged(dialogue: Any, judge: str) -> bool:
-    """Whether `judge` played a part in the dialogue (its therapist or its client)."""
-    return judge in {getattr(dialogue, "model", None), getattr(dialogue, "partner_model", None)}
+def _players(dialogue: Any) -> set[str]:
+    names = {getattr(dialogue, "model", None), getattr(dialogue, "partner_model", None)}
+    return {str(n) for n in names if isinstance(n, str) and n}
+
+
+def model_families(names: Iterable[str], known: Iterable[Any] = ()) -> dict[str, str | None]:
+    """Model name -> the `family:` its model file states (lower case); `known`: model configs
+    already loaded (the judges). A name without a readable model file (a client simulator named
+    only in the dialogues) maps to None: it is then matched by its exact name alone."""
+    out = {m.name: str(m.family).strip().lower() or None for m in known}
+    for name in set(names) - set(out):
+        try:
+            out[name] = str(load_model(name).family).strip().lower() or None
+        except ConfigError:
+            out[name] = None
+    return out
+
+
+def self_judged(dialogue: Any, judge: str, families: dict[str, str | None] | None = None) -> bool:
+    """Whether `judge` played a part in the dialogue (its therapist or its client), or is of the
+    model family of one who did (`families`, from `model_families`): a model rates its own kind's
+    talk higher (self-preference), and a Qwen judge reading QwQ's dialogues is that case."""
+    players = _players(dialogue)
+    if judge in players:
+        return True
+    family = (families or {}).get(judge)
+    return family is not None and any((families or {}).get(p) == family for p in players)
+
+
+def write_sample(run_dir: Path, sample: pd.DataFrame, cfg: Any) -> Path:
+    """Record the Table 5 sample (its dialogue ids and how it was drawn) for the report: the
+    experts' 35 are read back from it, whichever dialogues the judges scored."""
+    path = run_dir / PANEL_SAMPLE_FILE
+    path.write_text(json.dumps({
+        "split": cfg.panel_split, "sample": cfg.panel_sample, "seed": cfg.panel_seed, "scope": cfg.panel_scope,
+        "dialogue_ids": sorted(str(d) for d in sample["dialogue_id"])}, indent=1) + "\n", encoding="utf-8")
+    return path
 
 
 # --- planning -------------------------------------------------------------------------------------
 
 
-def plan_panel(dialogues: pd.DataFrame, profiles: pd.DataFrame, judges: list[str],
-               rubric: Rubric, allow_self: bool = True) -> tuple[pd.DataFrame, int]:
+def plan_panel(dialogues: pd.DataFrame, profiles: pd.DataFrame, judges: list[str], rubric: Rubric,
+               allow_self: bool = True, families: dict[str, str | None] | None = None) -> tuple[pd.DataFrame, int]:
     """(dialogue, judge) rows with the rubric's placeholders as columns; also how many dialogues
     were left out because the rubric shows the profile and the run has none for them. Without
-    `allow_self`, a judge is not asked about a dialogue it played a part in."""
+    `allow_self`, a judge is not asked about a dialogue it, or a model of its family, played."""
     needs_profile = "profile" in rubric.placeholders
     profile_of = dict(zip(profiles["context_id"].astype(str), profiles["profile"]))
     rows, missing = [], 0
@@ -197,7 +245,7 @@ def plan_panel(dialogues: pd.DataFrame, profiles: pd.DataFrame, judges: list[str
             continue
         transcript = render_transcript(d.turns)
         for j in judges:
-            if not allow_self and self_judged(d, j):
+            if not allow_self and self_judged(d, j, families):
                 continue
             row = {"subject_type": SUBJECT_DIALOGUE, "subject_id": d.dialogue_id, "context_id": cid,
                    "responder": d.model, "judge": j, "transcript": transcript}
@@ -207,47 +255,6 @@ def plan_panel(dialogues: pd.DataFrame, profiles: pd.DataFrame, judges: list[str
     cols = ["subject_type", "subject_id", "context_id", "responder", "judge", "transcript",
             *(["profile"] if needs_profile else [])]
     return pd.DataFrame(rows, columns=cols), missing
-
-
-def print_plan(desc: str, n_subjects: int, what: str, judges: list, overrides: GenerationOverrides,
-               per_judge: dict[str, int] | None = None) -> None:
-    """The plan before any subject exists (a paper-scale dry run): calls, tokens, GPUs.
-    `per_judge`: calls of each judge where not every judge gets every subject."""
-    calls = per_judge or {j.name: n_subjects for j in judges}
-    planned = pd.DataFrame({"model": [j.name for j in judges for _ in range(calls.get(j.name, 0))]})
-    print(f"{desc} (planned): {n_subjects} {what}, each judged by {len(judges)} judge(s)"
-          + (f"; {sum(calls.values())} calls" if per_judge else ""), flush=True)
-    print(plan_text(judges, planned, overrides), flush=True)
-
-
-def planned_profiles(cfg: Any, run_dir: Path) -> int | None:
-    """Profiles the chain will have, for a dry run before synthesis: those written, else the
-    dataset's limit, else a synthetic cohort's size; None when unknown."""
-    dataset = getattr(cfg, "dataset", None)
-    size = getattr(dataset, "size", None) if getattr(dataset, "source", None) == "synthetic" else None
-    return len(read_profiles(run_dir)) or getattr(dataset, "limit", None) or size
-
-
-def planned_dialogues(cfg: Any, run_dir: Path) -> int | None:
-    """Dialogues the panel will judge, for a dry run before synthesis: `planned_profiles` (at most
-    the sample's size per model) x therapist models of the chain's config; None when unknown."""
-    models = getattr(cfg, "models", None) or []
-    n_profiles = planned_profiles(cfg, run_dir)
-    sample = getattr(cfg, "panel_sample", None)
-    if sample:  # the paper's sample: at most sum(sample) per model, known before any profile exists
-        n_profiles = min(n_profiles, sum(sample.values())) if n_profiles else sum(sample.values())
-    return n_profiles * len(models) if n_profiles and models else None
-
-
-def planned_calls(cfg: Any, n_dialogues: int) -> dict[str, int] | None:
-    """Per judge, the dialogues it will be asked about: all of them, less those of the therapist
-    models it plays (itself, or as the client of every model), unless self-judging is allowed."""
-    models = getattr(cfg, "models", None) or []
-    if getattr(cfg, "allow_self_judging", True) or not models:
-        return None
-    per_model = n_dialogues / len(models)
-    client = getattr(cfg, "client_model", None)
-    return {j: round(per_model * sum(1 for m in models if j not in {m, client or m})) for j in cfg.judges}
 
 
 # --- judging --------------------------------------------------------------------------------------
@@ -268,9 +275,27 @@ def no_finished_dialogues(cfg: Any, run_dir: Path, desc: str) -> int:
     return 0
 
 
+def _split_and_sample(dialogues: pd.DataFrame, meta: pd.DataFrame, cfg: PanelConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the split's dialogues, the Table 5 sample drawn from them)."""
+    in_split = select_dialogues(dialogues, meta, cfg.panel_split, None)
+    if cfg.panel_sample is None:
+        return in_split, in_split
+    return in_split, select_dialogues(dialogues, meta, cfg.panel_split, cfg.panel_sample, cfg.panel_seed)
+
+
+def _kept_off(chosen: pd.DataFrame, judges: list[str], families: dict[str, str | None]) -> dict[str, set[str]]:
+    """judge -> the therapist models of the chosen dialogues it played or shares a family with."""
+    out: dict[str, set[str]] = {}
+    for d in chosen.itertuples(index=False):
+        for j in judges:
+            if self_judged(d, j, families):
+                out.setdefault(j, set()).add(str(d.model))
+    return out
+
+
 def run(cfg: PanelConfig, step: str | None = None) -> int:
     """The panel (or, with `step`, another step on its machinery, e.g. fidelity: named so in
-    what it prints)."""
+    what it prints; only the panel itself records the Table 5 sample)."""
     rubrics, judges = open_judging(cfg.judges, {"rubric": cfg.rubric}, SUBJECT_DIALOGUE, PANEL_PLACEHOLDERS)
     rubric = rubrics["rubric"]
     # The step's name in what it prints: another rubric on the panel's machinery says its own.
@@ -281,9 +306,14 @@ def run(cfg: PanelConfig, step: str | None = None) -> int:
         if cfg.dry_run:
             n = planned_dialogues(cfg, run_dir)
             if n is None:
-                print("panel (planned): the run has no dialogues yet; nothing to plan", flush=True)
+                print(f"{desc} (planned): the run has no dialogues yet; nothing to plan", flush=True)
             else:
-                print_plan(desc, n, "dialogues", judges, cfg.judge_generation, planned_calls(cfg, n))
+                players = [*(getattr(cfg, "models", None) or []), *([cfg.client_model] if getattr(
+                    cfg, "client_model", None) else [])]
+                families = model_families(players, known=judges)
+                estimate = "" if planned_in_split(cfg, run_dir)[1] else "; about: Table 3's share of the split"
+                print_plan(desc, n, f"dialogues ({cfg.panel_split or 'every'} split, scope {cfg.panel_scope}{estimate})",
+                           judges, cfg.judge_generation, planned_calls(cfg, n, families))
             return 0
         return no_finished_dialogues(cfg, run_dir, desc)
     profiles = read_profiles(run_dir)
@@ -291,19 +321,32 @@ def run(cfg: PanelConfig, step: str | None = None) -> int:
     sensitivity = subjects_sensitivity(dialogues["context_id"], profiles)
     check_all(judges, sensitivity, f"the profiles of {run_dir} (and the dialogues role-played from them)")
     meta = TableStore(run_dir, PROFILES).read(columns=["context_id", "group", "split"])
-    chosen = select_dialogues(dialogues, meta, cfg.panel_split, cfg.panel_sample, cfg.panel_seed)
-    print(f"{desc}: {len(chosen)} of {len(dialogues)} finished dialogue(s) judged (split {cfg.panel_split or 'all'}, "
-          f"sample {cfg.panel_sample or 'all'} per model)", flush=True)
+    in_split, sample = _split_and_sample(dialogues, meta, cfg)
+    chosen = in_split if cfg.panel_scope == "split" else sample
+    print(f"{desc}: {len(chosen)} of {len(dialogues)} finished dialogue(s) judged: split {cfg.panel_split or 'all'}, "
+          + (f"every dialogue of it (Table 9); the Table 5 sample ({cfg.panel_sample or 'all'} per model) is "
+             f"{len(sample)} of them" if cfg.panel_scope == "split" else
+             f"the Table 5 sample only ({cfg.panel_sample or 'all'} per model; panel_scope=split judges the whole "
+             "split, the paper's Table 9)"), flush=True)
     if chosen.empty:
-        print(why_none_selected(dialogues, meta, cfg.panel_split, cfg.panel_sample, desc), flush=True)
+        print(why_none_selected(dialogues, meta, cfg.panel_split, cfg.panel_sample if cfg.panel_scope == "sample"
+                                else None, desc), flush=True)
         return 0
+    if step is None and not cfg.dry_run:
+        print(f"{desc}: the Table 5 sample recorded in {write_sample(run_dir, sample, cfg)}", flush=True)
 
-    n_self = sum(self_judged(d, j) for d in chosen.itertuples(index=False) for j in cfg.judges)
-    if n_self:
-        print(f"panel: {n_self} (dialogue, judge) pair(s) where the judge played the therapist or the client: "
+    families = model_families({p for d in chosen.itertuples(index=False) for p in _players(d)}, known=judges)
+    off = _kept_off(chosen, cfg.judges, families)
+    if off:
+        n_self = sum(self_judged(d, j, families) for d in chosen.itertuples(index=False) for j in off)
+        who = "; ".join(f"{j} on {', '.join(sorted(ms))}" + (f" (family {families[j]})" if families.get(j) else "")
+                        for j, ms in sorted(off.items()))
+        print(f"{desc}: {n_self} (dialogue, judge) pair(s) where the judge played the therapist or the client or "
+              f"is of their model family ({who}): "
               + ("judged (allow_self_judging; the report shows the self-preference gap)" if cfg.allow_self_judging
                  else "left out (allow_self_judging=true to judge them)"), flush=True)
-    planned, missing = plan_panel(chosen, profiles, cfg.judges, rubric, allow_self=cfg.allow_self_judging)
+    planned, missing = plan_panel(chosen, profiles, cfg.judges, rubric, allow_self=cfg.allow_self_judging,
+                                  families=families)
     if missing:
         print(f"warning: {missing} dialogue(s) were not judged: rubric {rubric.name!r} shows the profile and "
               f"{run_dir / PROFILES_DIR} has none for them", file=sys.stderr)

@@ -1,5 +1,6 @@
-"""Issue 17 point 5: the panel judges the test split, 3 MDD + 2 control dialogues per model (the
-paper's 35 for seven models), and no judge scores a dialogue it played a part in by default."""
+"""Issue 17 point 5: the panel's Table 5 sample is 3 MDD + 2 control test dialogues per model (the
+paper's 35 for seven models), and no judge scores a dialogue it played a part in by default. The
+whole split (Table 9) and the family rule (issue 33): test_panel_scope.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from jobs.sqpsych import panel
 from jobs.sqpsych.panel import PanelConfig, select_dialogues, self_judged
 from jobs.core.store import TableStore
 from tests.fakes.openai_server import FakeServer
-from tests.unit.jobs.sqpsych.judging_helpers import RUN, fake_judges, write_dialogues, write_profiles
+from tests.unit.jobs.sqpsych.judging_helpers import RUN, fake_judges, write_dialogues, write_model_dir, write_profiles
 
 
 def _meta() -> pd.DataFrame:
@@ -49,24 +50,33 @@ def _cfg(tmp_path, **kw) -> PanelConfig:
                        judge_generation={"temperature": 0.0, "max_tokens": 400}, **kw)
 
 
+def _two_families(monkeypatch, tmp_path, base_url) -> None:
+    """m1 and judge2 of different families (the fakes' default family is one for all)."""
+    for name, family in (("m1", "alpha"), ("judge2", "beta")):
+        write_model_dir(tmp_path / "conf", name, base_url, family=family)
+    monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(tmp_path / "conf"))
+
+
 def test_a_judge_is_not_asked_about_its_own_dialogues_unless_allowed(tmp_path, monkeypatch, capsys):
     write_dialogues(tmp_path, [("c1", "m1", "ok"), ("c2", "m2", "ok")])
     write_profiles(tmp_path, {"c1": "public", "c2": "public"})
     with FakeServer() as server:
-        fake_judges(monkeypatch, tmp_path / "conf", server.base_url, names=("m1", "judge2"))
+        _two_families(monkeypatch, tmp_path, server.base_url)
         assert panel.run(_cfg(tmp_path)) == 0
         keys = {s["request_key"] for s in server.log_lines()}
     assert keys == {"c1|m1|judge2|sqpsych_panel", "c2|m2|m1|sqpsych_panel", "c2|m2|judge2|sqpsych_panel"}
-    assert "1 (dialogue, judge) pair(s) where the judge played the therapist or the client: left out" in capsys.readouterr().out
+    assert ("1 (dialogue, judge) pair(s) where the judge played the therapist or the client or is of their model "
+            "family (m1 on m1 (family alpha)): left out") in capsys.readouterr().out
     with FakeServer() as server:
-        fake_judges(monkeypatch, tmp_path / "conf", server.base_url, names=("m1", "judge2"))
+        _two_families(monkeypatch, tmp_path, server.base_url)
         assert panel.run(_cfg(tmp_path, allow_self_judging=True)) == 0
         assert [s["request_key"] for s in server.log_lines()] == ["c1|m1|m1|sqpsych_panel"]
     assert len(TableStore(tmp_path, SCORES).read()) == 4 * 18
 
 
 def test_the_paper_scale_plan_counts_calls_without_self_judging():
-    """Seven therapists, three of them judges: 35 dialogues x 3 judges less 3 x 5 own = 90 calls."""
+    """Seven therapists, three of them judges, no family shared: 35 dialogues x 3 judges less
+    3 x 5 own = 90 calls (the family rule: test_panel_scope.py)."""
     from types import SimpleNamespace
 
     from jobs.sqpsych.panel import planned_calls
