@@ -5,7 +5,7 @@ client); the method supplies everything specific as data: the agents' prompts, t
 speaks first, the stop token and the minimum turns before it counts, the cap, repeats, a
 countdown, phases by round) and the values of the prompts' placeholders.
 
-- `DialogueRules`, `Phase`, `Countdown` (rules.py): the rules, as data.
+- `DialogueRules`, `Phase`, `Countdown`, `RolePolicy` (rules.py): the rules, as data.
 - `clean_utterance` (clean.py): an answer to the utterance the dialogue keeps.
 - `AgentSpec`, `DialogueSpec`, `run_dialogue` (engine.py): one dialogue's async loop, resumable;
   `RevisionStep`: an agent's optional per-turn calls after its draft (reflect, rewrite, ...).
@@ -16,9 +16,9 @@ countdown, phases by round) and the values of the prompts' placeholders.
 from jobs.dialogue.clean import Cleaned, clean_utterance
 from jobs.dialogue.engine import AgentSpec, DialogueResult, DialogueSpec, RevisionStep, run_dialogue
 from jobs.dialogue.job import check_dialogues, plan_rows, run_dialogues
-from jobs.dialogue.rules import Countdown, DialogueRules, Phase
+from jobs.dialogue.rules import Countdown, DialogueRules, Phase, RolePolicy
 from jobs.dialogue.stage import DialogueStage, strictest
 
 __all__ = ["AgentSpec", "Cleaned", "Countdown", "DialogueResult", "DialogueRules", "DialogueSpec",
-           "DialogueStage", "Phase", "RevisionStep", "check_dialogues", "clean_utterance", "plan_rows",
+           "DialogueStage", "Phase", "RevisionStep", "RolePolicy", "check_dialogues", "clean_utterance", "plan_rows",
            "run_dialogue", "run_dialogues", "strictest"]

@@ -8,7 +8,9 @@ questionnaires, their ending rule reads "at least 20 turns before using '[/END]'
 prompts carry Cohere's long system preamble. A protocol file `conf/sqpsych/protocols/NAME.yaml`
 names a family's three prompts, the template markers that split a file into the system and the
 user message (the serving engine applies the model's own template, so the tokens themselves are
-never sent), and the strings removed from each raw answer.
+never sent), and the strings removed from each raw answer. `AuthorsRules` is the authors' handling
+of an unusable answer, the same for every family: the role label required, the first line kept,
+a client's failed line replaced by a filler, a therapist that keeps failing ending the dialogue.
 
 Which protocol a model runs: its model file's `protocols: {sqpsych: NAME}`; a model without one
 (the bundled demo model, a fine-tuned model) runs `DEFAULT_PROTOCOL`, the Qwen-2.5 prompts the
@@ -26,6 +28,7 @@ from pydantic import Field
 from jobs.core.base import StrictModel
 
 from jobs.core.modelconfig import ModelConfig
+from jobs.dialogue.rules import RolePolicy
 from jobs.core.configfiles import ConfigError, find_file, find_group_file, read_yaml, search_dirs, validated
 
 METHOD = "sqpsych"
@@ -61,6 +64,48 @@ class Protocol(StrictModel):
         missing = [p for p in PROMPTS if p not in self.prompts]
         if missing:
             raise ValueError(f"protocol {self.family!r}: prompts {missing} missing; it needs {list(PROMPTS)}")
+
+
+# The client's filler lines, the authors' (src/agents.py @ fcf2665) without their "Client: " label
+# (our history adds it): one list for an answer that cleans to nothing or lacks the label
+# (`Client.post_process`), another for an answer that repeats an earlier client line
+# (`TherapySession.run`). Their code draws with `random.choice`; ours from the dialogue and turn.
+UNUSABLE_FILLERS = ["[No reply]", "[Pause and thinking]", "[Keep silent]", "[Quiet]", "I don't know what to say",
+                    "I don't know"]
+REPEAT_FILLERS = ["[Pause and say nothing]", "[Pause and thinking]", "[Sigh]", "[Takes a deep breath]",
+                  "I don't know what to say", "I don't know"]
+
+
+class AuthorsRules(StrictModel):
+    """The authors' failure handling and cleaning of an answer (src/agents.py), each a switch:
+    false gives the engine's own behaviour for that point (docs/sqpsych-fidelity.md)."""
+
+    role_label: bool = Field(True, description="An answer must carry its role label (\"Therapist:\" / \"Client:\"): "
+                             "the authors keep a line only if it starts with it. false: a line without it is kept.")
+    first_line: bool = Field(True, description="Keep only the first line from the label on (the authors' "
+                             "`(Client: .+)` match stops at the line's end). false: every line is kept.")
+    client_filler: bool = Field(True, description="A client answer that is empty, unlabeled or repeats an earlier "
+                                "client line is replaced at once by a filler line (the authors never ask the "
+                                "client again). false: asked again up to max_regenerations times, then kept.")
+    abandon_therapist: bool = Field(True, description="A therapist answer still repeated or unusable after "
+                                    "max_regenerations retries ends the dialogue as an error row with the reason "
+                                    "(the authors raise and lose it). false: the last answer is kept.")
+    unusable_fillers: list[str] = Field(default_factory=lambda: list(UNUSABLE_FILLERS), min_length=1,
+                                        description="Fillers for an empty or unlabeled client answer.")
+    repeat_fillers: list[str] = Field(default_factory=lambda: list(REPEAT_FILLERS), min_length=1,
+                                      description="Fillers for a client answer that repeats an earlier one.")
+
+    def policies(self, therapist: str, client: str) -> dict[str, RolePolicy]:
+        """The engine's per-role policies these switches make."""
+        cleaning = dict(require_label=self.role_label, first_line=self.first_line)
+        abandon = "error" if self.abandon_therapist else "keep"
+        out = {therapist: RolePolicy(**cleaning, on_repeat=abandon, on_unusable=abandon)}
+        if self.client_filler:
+            out[client] = RolePolicy(**cleaning, retries=0, on_repeat="filler", on_unusable="filler",
+                                     repeat_fillers=self.repeat_fillers, unusable_fillers=self.unusable_fillers)
+        else:
+            out[client] = RolePolicy(**cleaning, on_repeat="keep", on_unusable="keep")
+        return out
 
 
 def split_messages(text: str, protocol: Protocol, where: str = "prompt") -> tuple[str | None, str]:

@@ -15,9 +15,13 @@ The method, as the code runs it (the paper's section 3 and its code, AI-MH/quest
 4. run every dialogue at once through the shared dialogue engine: the stop token `[/END]` ends a
    session only from `min_turns` on (the client may end earlier, by group: the paper strips it
    through round 12 for MDD clients, round 7 for control ones, round 15 for the therapist), the
-   client answers the therapist's ending once more, seeing its `[/END]`, a repeated utterance is asked again with a
-   note, a countdown asks to wrap up near the end (the authors' words, round 31 asking for the
-   token), and `max_turns` is the hard cap. The authors' second call per turn (their
+   client answers the therapist's ending once more, seeing its `[/END]`, a countdown asks to wrap up
+   near the end (the authors' words, round 31 asking for the token), and `max_turns` is the hard
+   cap. The authors' cleaning and failure handling (`authors_rules`, each a switch): an answer keeps
+   its first line only and must carry its role label; a client answer that is empty, unlabeled or a
+   repeat of an earlier client line becomes a filler line at once; a therapist answer that is one
+   is asked again with a note quoting it, up to `max_regenerations` times, and then ends the
+   dialogue as an error row with the reason. The authors' second call per turn (their
    `iterative_rewrites` flag) is not run: it resamples the same prompt (docs/sqpsych-fidelity.md);
 5. each answered turn is written to `RUN_DIR/turns/` at once; each ended session to
    `RUN_DIR/dialogues/` (turns, how it ended, the models). Re-running resumes every session from
@@ -40,7 +44,8 @@ from jobs.core.preflight import FailureSummary, summarize
 from jobs.sqpsych.cohort import load_cohort, ok_profiles, profile_rows
 from jobs.sqpsych.schemas import PROFILES
 from jobs.core.store import TableStore
-from jobs.sqpsych.protocol import DEFAULT_PROTOCOL, PROMPTS, load_protocol, prompt_messages, protocol_name
+from jobs.sqpsych.protocol import (DEFAULT_PROTOCOL, PROMPTS, AuthorsRules, load_protocol, prompt_messages,
+                                   protocol_name)
 from jobs.core.modelconfig import GenerationOverrides, ModelConfig
 from jobs.core.configfiles import ConfigError, find_file, load_model
 
@@ -75,7 +80,11 @@ class SynthesizeConfig(RunConfig):
         "with '[/END]' token.\"; their rounds 32-33 say \"in -1 / -2 turns.\", here round 31's words again); "
         "null: no countdown.",
     )
-    max_regenerations: int = Field(10, ge=0, description="Times a repeated utterance is asked again (the paper: 10).")
+    max_regenerations: int = Field(10, ge=0, description="Times a therapist's repeated or unusable answer is asked "
+                                   "again (the paper: 10); the client's too with authors_rules.client_filler=false.")
+    authors_rules: AuthorsRules = Field(
+        default_factory=AuthorsRules, description="The authors' failure handling and cleaning, each a switch: "
+        "role_label, first_line, client_filler, abandon_therapist (jobs/sqpsych/protocol.py).")
     generation: GenerationOverrides = Field(
         default_factory=GenerationOverrides, description="Overrides of the therapist models' sampling (model files: the paper's)."
     )
@@ -123,6 +132,7 @@ def rules_for(group: str, cfg: SynthesizeConfig) -> DialogueRules:
         max_turns=cfg.max_turns, final_reply=True, final_reply_roles=[THERAPIST], stop_in_history=True,
         max_regenerations=cfg.max_regenerations,
         repeat_note="Your utterance should be different from {utterance}", countdown=cfg.countdown,
+        policies=cfg.authors_rules.policies(THERAPIST, CLIENT),
     )
 
 

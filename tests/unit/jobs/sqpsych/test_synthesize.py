@@ -10,6 +10,7 @@ import pytest
 
 from jobs.core.schemas import DIALOGUES, ENDED_CAP, TURNS
 from jobs.dialogue.engine import build_messages
+from jobs.sqpsych.protocol import AuthorsRules
 from jobs.sqpsych.schemas import PROFILES
 from jobs.sqpsych.synthesize import SynthesizeConfig, build_specs, read_profiles, run
 from jobs.core.store import TableStore
@@ -54,8 +55,10 @@ def test_public_profiles_run_end_to_end_and_resume_without_resending(tmp_path, m
         fake_judges(monkeypatch, tmp_path / "conf", fake.base_url, names=("ext", "sim"))
         write_profiles(tmp_path / "run", {"c1": "public", "c2": "public"})
         # The fake echoes the prompt's first 200 characters: every answer of an agent is the same,
-        # so no regeneration (they would all repeat too).
-        cfg = _cfg(tmp_path, client_model="sim", min_turns=3, max_turns=6, max_regenerations=0, flush_every_s=0.05)
+        # so no regeneration (they would all repeat too), and it carries no role label: the
+        # authors' label rule and abandoning are off here (test_authors_rules.py runs them).
+        cfg = _cfg(tmp_path, client_model="sim", min_turns=3, max_turns=6, max_regenerations=0, flush_every_s=0.05,
+                   authors_rules=AuthorsRules(role_label=False, abandon_therapist=False))
         assert run(cfg) == 0
         sent = fake.log_lines()
         assert run(cfg) == 0 and len(fake.log_lines()) == len(sent)  # all ended: nothing re-sent
