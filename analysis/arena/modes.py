@@ -10,7 +10,10 @@ steps=[optimize,report]`), so both start from the same iteration-0 sessions and 
 and counselor x variant: the optimized chains, the overall pass rate before and after with the
 paired exact McNemar p (`analysis.arena.table2.before_after_tests`), the gain, and what the loop
 cost: model calls and tokens of the re-run sessions (a rewritten turn counts its draft, reflection
-and rewrite) and of the iteration calls (feedback writer, reflection).
+and rewrite) and of the iteration calls (feedback writer, reflection). With a control arm in the
+runs (`optimize.control`), each mode's effect over it and its p (`analysis.arena.control`): the
+gain alone mixes the feedback with what re-running does, and its McNemar p is one-sided under
+`select: failed`.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.arena.control import control_effect
 from analysis.arena.data import (
-    COUNSELOR, ITERATION, SESSION_ID, VARIANT, find_scales, load_sessions, read_folder, session_frame,
+    COUNSELOR, ITERATION, SESSION_ID, VARIANT, feedback_arm, find_scales, is_control, load_sessions, read_folder,
+    session_frame,
 )
 from analysis.arena.passing import session_results
 from analysis.arena.table2 import before_after_tests
@@ -85,15 +90,19 @@ def compare_modes(run_dirs: list[Path]) -> tuple[pd.DataFrame, list[str]]:
         if sessions is None or not found.complete:
             notes.append(f"{run_dir}: no sessions or no scale rubrics; left out")
             continue
-        frame = session_frame(sessions, session_results(scores, found.rubrics))
+        frame_all = session_frame(sessions, session_results(scores, found.rubrics))
+        frame = feedback_arm(frame_all)  # the mode's own re-runs; the control arm's are compared below
         it0 = set(frame.loc[frame[ITERATION] == 0, SESSION_ID])
         if first_it0 is None:
             first_it0 = it0
         elif it0 != first_it0:
             notes.append(f"{run_dir}: its iteration-0 sessions differ from {run_dirs[0]}'s; the gains are not paired")
         tests = before_after_tests(frame).reset_index()
-        cost = loop_cost(run_dir, sessions)
+        cost = loop_cost(run_dir, sessions[~is_control(sessions[SESSION_ID])])
         t = tests.merge(cost, on=[COUNSELOR, VARIANT], how="left")
+        effect = control_effect(frame_all)  # empty without a control arm: the columns stay NaN
+        t = t.merge(effect[[COUNSELOR, VARIANT, "effect", "p"]].rename(
+            columns={"effect": "effect_over_control", "p": "p_over_control"}), on=[COUNSELOR, VARIANT], how="left")
         t.insert(0, MODE, run_mode(run_dir) or "?")
         t.insert(1, "run", run_dir.name)
         rows.append(t)
@@ -103,8 +112,8 @@ def compare_modes(run_dirs: list[Path]) -> tuple[pd.DataFrame, list[str]]:
     out["gain"] = out["pass_after"] - out["pass_before"]
     out["calls_per_chain"] = out["calls"] / out["n"].replace(0, np.nan)
     out["tokens_per_chain"] = out["tokens"] / out["n"].replace(0, np.nan)
-    cols = [MODE, "run", COUNSELOR, VARIANT, "n", "pass_before", "pass_after", "gain", "p_mcnemar", "calls", "tokens",
-            "calls_per_chain", "tokens_per_chain"]
+    cols = [MODE, "run", COUNSELOR, VARIANT, "n", "pass_before", "pass_after", "gain", "p_mcnemar",
+            "effect_over_control", "p_over_control", "calls", "tokens", "calls_per_chain", "tokens_per_chain"]
     return out[cols], notes
 
 

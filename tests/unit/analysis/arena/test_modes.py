@@ -65,3 +65,16 @@ def test_the_command_writes_the_table(runs, tmp_path, capsys):
     main([str(runs[0]), str(runs[1]), "--out", str(tmp_path / "cmp")])
     assert "response" in capsys.readouterr().out
     assert (tmp_path / "cmp" / "modes.csv").is_file()
+
+
+def test_a_run_with_a_control_arm_shows_the_effect_over_it(tmp_path):
+    from tests.unit.analysis.arena.helpers import build_control_run
+
+    run = build_control_run(tmp_path / "response")
+    _mode(run, "response")
+    t, notes = compare_modes([run])
+    row = t.iloc[0]
+    # helpers.CONTROL_OUTCOMES: the feedback arm's re-run chains c1 c2 c4 c5 c6 (5), passing after: c1 c2 c5 c6
+    assert (row["n"], row["pass_before"], row["pass_after"]) == (5, 0.0, 0.8)
+    # over every chain: feedback 5/6, control 3/6 -> effect 2/6; McNemar 3 vs 1: 10/16 (test_control)
+    assert row["effect_over_control"] == pytest.approx(2 / 6) and row["p_over_control"] == pytest.approx(10 / 16)
