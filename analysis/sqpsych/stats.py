@@ -114,3 +114,37 @@ def corpus_totals(utts: pd.DataFrame, by: Sequence[str] = (MODEL,)) -> pd.DataFr
     out.index = pd.MultiIndex.from_tuples(out.index, names=by) if len(by) > 1 else pd.Index(
         [k[0] for k in out.index], name=by[0])
     return out
+
+
+# The paper's Table 8 columns (data/sqpsych_published/table8_more_statistics.csv), so a run's
+# row and the published rows line up under the same names.
+PAPER_TABLE8 = ["tokens_per_conversation", "total_tokens", f"{THERAPIST}_tokens_per_utterance",
+                f"{CLIENT}_tokens_per_utterance", f"{THERAPIST}_tokens_per_conversation",
+                f"{CLIENT}_tokens_per_conversation", "tokens_missing"]
+
+
+def paper_table8(utts: pd.DataFrame, by: Sequence[str] = (MODEL,)) -> pd.DataFrame:
+    """The paper's Table 8 per therapist model: tokens per conversation (mean over dialogues),
+    total tokens, each role's tokens per utterance (mean over its utterances) and per conversation
+    (mean over dialogues of the role's sum). A sum with an uncounted turn is left out, never
+    partial (as `tokens_per_conv` above); `total_tokens` sums the counted utterances and
+    `tokens_missing` says how many had no count."""
+    by = list(by)
+    if utts.empty:
+        return pd.DataFrame(columns=PAPER_TABLE8, index=pd.Index([], name=by[0]) if len(by) == 1
+                            else pd.MultiIndex.from_arrays([[]] * len(by), names=by))
+    g = utts.groupby(by, sort=True, dropna=False)
+    out = pd.DataFrame({"tokens_per_conversation": conversation_stats(utts).groupby(by, dropna=False)[TOKENS].mean(),
+                        "total_tokens": g[TOKENS].sum(min_count=1),
+                        "tokens_missing": g[TOKENS].apply(lambda s: int(s.isna().sum()))})
+    # per dialogue and role: the role's token sum; 0 when the role has no turn in the dialogue,
+    # missing when one of its turns has no count
+    agg = utts.assign(_uncounted=utts[TOKENS].isna()).groupby([*by, DIALOGUE_ID, ROLE], dropna=False).agg(
+        tokens=(TOKENS, "sum"), uncounted=("_uncounted", "any"))
+    sums = agg["tokens"].unstack(ROLE, fill_value=0).reindex(columns=list(ROLES), fill_value=0)
+    uncounted = agg["uncounted"].unstack(ROLE, fill_value=False).reindex(columns=list(ROLES), fill_value=False)
+    sums = sums.where(~uncounted.astype(bool))
+    for role in ROLES:
+        out[f"{role}_tokens_per_utterance"] = utts[utts[ROLE] == role].groupby(by, dropna=False)[TOKENS].mean()
+        out[f"{role}_tokens_per_conversation"] = sums[role].groupby(level=by, dropna=False).mean()
+    return out[PAPER_TABLE8]

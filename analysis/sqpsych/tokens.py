@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.sqpsych.data import DIALOGUE_ID, TEXT, TOKENS, TURN, TURN_MODEL
+from analysis.sqpsych.data import DIALOGUE_ID, MODEL, TEXT, TOKENS, TURN, TURN_MODEL
 from jobs.core.configfiles import ConfigError, load_model
 
 UTTERANCE_TOKENS_DIR = "utterance_tokens"  # jobs/sqpsych/schemas.py: UTTERANCE_TOKENS
@@ -87,3 +87,18 @@ def counter_table(utts: pd.DataFrame) -> pd.DataFrame:
     out[TOKENS] = g[TOKENS].sum(min_count=1)
     out[SERVER_TOKENS] = g[SERVER_TOKENS].sum(min_count=1)
     return out[cols]
+
+
+def counters_used(utts: pd.DataFrame, by: str = MODEL) -> pd.Series:
+    """Per `by` (the therapist model: Tables 2 and 8 are per therapist model, whose dialogues hold
+    both agents' turns), which counts its utterances' tokens came from, e.g. "tokenizer 40,
+    regex 12": the caveat printed beside the paper's figures, which count with each model's own
+    tokenizer."""
+    if utts.empty:
+        return pd.Series(dtype=object, name=TOKEN_COUNTER).rename_axis(by)
+
+    def said(s: pd.Series) -> str:
+        n = s.value_counts()
+        return ", ".join(f"{c} {int(n[c])}" for c in (COUNTER_TOKENIZER, COUNTER_SERVER, COUNTER_REGEX) if c in n)
+
+    return utts.groupby(by, sort=True)[TOKEN_COUNTER].apply(said).rename(TOKEN_COUNTER)

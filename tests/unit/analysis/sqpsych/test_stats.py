@@ -68,3 +68,21 @@ def test_table8_corpus_totals_by_hand(run):
     assert t.loc["m1"].tolist() == [2, 6, 19, 21.0, 1]
     assert t.loc["m2"].tolist() == [1, 2, 5, 7.0, 0]
     assert t.loc["all"].tolist() == [3, 8, 24, 28.0, 1]
+
+
+def test_the_papers_table8_columns_by_hand(run):
+    """Table 8 as the paper prints it, per model (issue 33 point 6: set beside the paper's rows)."""
+    from analysis.sqpsych.stats import paper_table8
+
+    t = paper_table8(utterances(ok_dialogues(load_dialogues(run))))
+    m1 = t.loc["m1"]
+    # p1: therapist 6 + 5, client 3 + 4 (all counted); p2: therapist 3, client one uncounted turn
+    assert m1["tokens_per_conversation"] == 18  # p2 has an uncounted turn: left out, not partial
+    assert m1["total_tokens"] == 6 + 3 + 5 + 4 + 3 and m1["tokens_missing"] == 1
+    assert m1["therapist_tokens_per_utterance"] == pytest.approx((6 + 5 + 3) / 3)
+    assert m1["client_tokens_per_utterance"] == pytest.approx((3 + 4) / 2)
+    assert m1["therapist_tokens_per_conversation"] == pytest.approx((11 + 3) / 2)
+    assert m1["client_tokens_per_conversation"] == 7  # p2's client sum is uncounted: left out
+    m2 = t.loc["m2"]  # one dialogue: therapist 5, client 2
+    assert m2[["tokens_per_conversation", "therapist_tokens_per_conversation", "client_tokens_per_conversation"]
+              ].tolist() == [7, 5, 2]

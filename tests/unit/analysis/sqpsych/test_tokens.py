@@ -46,3 +46,19 @@ def test_each_utterance_uses_the_first_count_that_applies(tmp_path, models):
     # Table 8's corpus totals use the chosen counts: 6 + 3 + 4 for c1, 3 for c2.
     totals = corpus_totals(utts.assign(model=utts["model"]))
     assert totals.loc["thinker", "tokens"] == 13 and totals.loc["all", "tokens"] == 16
+
+
+def test_counters_used_per_therapist_model(tmp_path, models):
+    """The caveat beside the paper's Tables 2 and 8: per therapist model, which counts its
+    dialogues' tokens came from (both agents' turns)."""
+    from analysis.sqpsych.tokens import counters_used
+
+    d = dialogue("c1", "thinker", [("therapist", "How are you?", 300), ("client", "Not great.", 3),
+                                   ("therapist", "Tell me more.", 280)], partner="plain")
+    p = dialogue("c2", "plain", [("therapist", "Hi there.", 4)], partner="plain")
+    run = write_dialogues(tmp_path / "run", [d, p])
+    utts = with_token_counts(utterances(pd.read_parquet(run / "dialogues")), None)
+    got = counters_used(utts)
+    # thinker's dialogue: its two turns by pieces (it strips a trace), plain's reply by the server
+    assert got.to_dict() == {"plain": "server 1", "thinker": "server 1, regex 2"}
+    assert counters_used(utts.iloc[0:0]).empty
