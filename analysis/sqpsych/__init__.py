@@ -8,7 +8,9 @@ names and aggregates come from the rubric files (`conf/rubric/sqpsych_panel.yaml
 
 - `data`         dialogues, one row per utterance, the profiles' groups (control / MDD)
 - `stats`        Tables 2 and 8: utterances, turns, tokens and words per utterance and conversation
-- `readability`  Table 6: Flesch Reading Ease and SMOG per role, conversation and corpus level
+- `readability`  Table 6: Flesch Reading Ease and SMOG of the whole dialogue, conversation and
+                 corpus level (exact formulas on textstat's counts); per role as an extra
+- `published`    the paper's own Tables 2, 6, 8 and 9 (data/sqpsych_published/), a run's beside them
 - `panel`        the panel's aggregates and items per rater and model, Pearson r with the experts
 - `preference`   win / loss / draw from both orders of each pair, majority over judges
 - `benchmarks`   CBT-Bench and CounselingBench scores (its own module, when present)

@@ -26,13 +26,15 @@ from analysis.sqpsych import agreement as ag
 from analysis.sqpsych.benchmarks import benchmark_section
 from analysis.sqpsych import fidelity as fd
 from analysis.sqpsych import panel as pn
+from analysis.sqpsych.panel_tables import paper_panels
 from analysis.sqpsych import validity as va
 from analysis.sqpsych.data import (
-    GROUP, MODEL, PANEL_RUBRIC, PREFERENCE_RUBRIC, PROFILE_STATUS, ROLES, SINGLE_TURN_RUBRIC, load_dialogues,
+    GROUP, MODEL, PANEL_RUBRIC, PREFERENCE_RUBRIC, PROFILE_STATUS, SINGLE_TURN_RUBRIC, load_dialogues,
     load_profiles, ok_dialogues, utterances, with_groups,
 )
 from analysis.sqpsych.preference_report import preference_section
-from analysis.sqpsych.readability import readability_table
+from analysis.sqpsych.published_report import statistics_as_published, table6_as_published, table9_as_published
+from analysis.sqpsych.readability import readability_table, textstat_gap
 from analysis.sqpsych.stats import corpus_totals, dataset_table, ending_table
 from analysis.sqpsych.tokens import counter_table, load_utterance_tokens, with_token_counts
 from analysis.stats import ALPHA
@@ -48,8 +50,9 @@ HOW_TO_READ = (
     "a client simulator playing one questionnaire profile. Only finished dialogues (ended by the "
     "therapist's stop token or by the turn cap) enter the dataset statistics and readability; "
     "dialogues that failed mid-way are counted in the first section. Readability: Flesch Reading "
-    "Ease (higher = easier, 60-70 is plain English) and SMOG (a school grade, lower = easier), per "
-    "role, as the mean over conversations and on the model's whole corpus. The LLM panel scores "
+    "Ease (higher = easier, 60-70 is plain English) and SMOG (a school grade, lower = easier) of the "
+    "whole dialogue, as the mean over conversations and on the model's whole corpus (per role as an "
+    "extra). Rows 'as published' are the paper's own figures beside the run's. The LLM panel scores "
     "18 items 0-2 (therapist, client, overall; their sums are computed by the rubric file, and a "
     "sum with a missing item is missing, not smaller). Pearson r compares each judge with the "
     "human experts on the dialogues both scored. Pairwise preference asks each judge both orders "
@@ -104,8 +107,9 @@ def _statistics(w: ReportWriter, utts: pd.DataFrame, profiles: pd.DataFrame | No
             "removed from the text, included); regex: word and punctuation pieces of the cleaned text, for a "
             "model whose completion tokens include a reasoning trace (or whose model file is not found) and that "
             "has no local tokenizer. server_tokens: the engine's counts, for comparison.", digits=0)
-    _split_table(w, sec, dataset_table(utts), "table2_dataset_stats", "Table 2. Dataset statistics per therapist model",
-                 note)
+    table2 = dataset_table(utts)
+    _split_table(w, sec, table2, "table2_dataset_stats", "Table 2. Dataset statistics per therapist model", note)
+    statistics_as_published(w, sec, utts, table2)  # the paper's Tables 2 and 8 beside (as published)
     if profiles is None or GROUP not in profiles.columns:
         w.missing(sec, "Table 8 (per group, control / MDD) needs the profiles table, which this run lacks.")
         return
@@ -132,12 +136,23 @@ def _readability(w: ReportWriter, utts: pd.DataFrame) -> None:
     if utts.empty:
         w.missing(sec, "No finished dialogue in this run: no readability.")
         return
-    w.table(sec, readability_table(utts, ROLES), "table6_readability",
-            "Table 6. Flesch Reading Ease and SMOG per therapist model and role",
-            "textstat 0.7.4. _conv: the score of each dialogue's text of that role, mean (sd) over dialogues; "
-            "_corpus: the score of all that role's text of the model joined. Each utterance counts as a "
-            "sentence end. SMOG needs three sentences: smog_undefined counts the dialogues with fewer, which "
-            "are left out of the SMOG mean (textstat would return 0.0).", digits=2)
+    how = ("Flesch Reading Ease and SMOG applied exactly to textstat 0.7.4's counts (words, sentences, Pyphen "
+           "syllables, words of 3+ syllables). Each utterance counts as a sentence end; role labels are not "
+           "scored. SMOG needs three sentences: smog_undefined counts the dialogues with fewer, which are left "
+           "out of the SMOG mean (textstat would return 0.0).")
+    table = readability_table(utts)
+    gap = textstat_gap(table)
+    w.table(sec, table, "table6_readability",
+            "Table 6. Flesch Reading Ease and SMOG of the whole dialogue per therapist model",
+            "_conv: the score of each dialogue's text (both roles, in turn order), mean (sd) over dialogues; "
+            f"_corpus: the score of all the model's dialogues as one text. {how} *_textstat: what textstat "
+            "itself prints for the same counts (it rounds words per sentence and syllables per word to one "
+            "decimal first)" + (f"; here it differs by up to {gap:.2f} Flesch points." if gap == gap else "."),
+            digits=2)
+    w.table(sec, readability_table(utts, by_role=True), "table6_readability_by_role",
+            "Readability per therapist model and role (beyond Table 6)",
+            "The same scores on each role's turns alone.", digits=2)
+    table6_as_published(w, sec, table)  # the paper's Table 6 beside (as published)
 
 
 def _panel(w: ReportWriter, scores: pd.DataFrame, rubric: Rubric | None, why: str,
@@ -227,15 +242,18 @@ def _fidelity(w: ReportWriter, scores: pd.DataFrame, run_dir: Path) -> None:
         return  # the step is optional (beyond the paper): no section when it did not run
     sec = w.section("fidelity", "Profile fidelity: the questionnaire read back from the dialogue")
     folder = run_dir / "profiles"
-    profiles = pd.read_parquet(folder, columns=["context_id", "record"]) if folder.is_dir() else pd.DataFrame(
-        columns=["context_id", "record"])
+    profiles = pd.read_parquet(folder) if folder.is_dir() else pd.DataFrame(columns=["context_id", "record"])
     table = fd.fidelity_table(scores, profiles)
     w.table(sec, fd.fidelity_summary(table), "fidelity_summary",
             "Weighted kappa of the judged questionnaire with the client's own record and with another client's",
-            "Quadratic-weighted Cohen's kappa per item over the model's dialogues (scikit-learn), averaged over the "
-            "items where it is defined; kappa_shuffled pairs each dialogue with the next client's record. "
+            f"Dialogues read: {fd.judged_splits(scores, profiles)} (the step reads the panel's whole split, not its "
+            "35-dialogue sample). Quadratic-weighted Cohen's kappa per item over the model's dialogues (scikit-learn), "
+            "averaged over the items where it is defined; n_min / n_max: the fewest / most pairs an item's kappa "
+            "stands on; kappa_shuffled pairs each dialogue with the next client's record. "
             "gap = kappa - kappa_shuffled: how much the dialogue carries its own client.", digits=3)
-    w.file_only(table, "fidelity_items", "Weighted kappa per model and item", digits=3)
+    w.table(sec, fd.pairs_table(table), "fidelity_n", "Pairs (n) per item and model behind each kappa",
+            "A pair: a dialogue whose judged answer and client record both have the item.", digits=0)
+    w.file_only(table, "fidelity_items", "Weighted kappa per model and item, with n", digits=3)
 
 
 def _benchmarks(w: ReportWriter, run_dir: Path) -> None:
@@ -299,6 +317,9 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
     _readability(w, utts)
     panel, why = _load(panel_rubric)
     wide = _panel(w, scores, panel, why, dialogues)
+    paper_panels(w, wide, panel, run_dir, profiles)  # Table 9 (the test split) and Table 5 (the experts' sample)
+    # --- the paper's Table 9 beside the run's per-judge panel table (as published) ---
+    table9_as_published(w, pn.aggregate_table(wide, panel) if wide is not None and panel is not None else None)
     _correlation(w, wide, panel)
     _fidelity(w, scores, run_dir)
     preference_section(w, *_load(preference_rubric), scores, sid="preference",
