@@ -6,7 +6,10 @@ averaged and rounded first) and the record's values, over the model's dialogues.
 shuffled-record control pairs each dialogue's answers with the record of the next client in a
 fixed order (a derangement): the kappa a dialogue gets against someone else. Fidelity is the gap
 between the two; a synthetic client that plays its record gives kappa well above the control.
-Items an answer or a record lacks are left out of that item's pairs.
+Items an answer or a record lacks are left out of that item's pairs. Each kappa comes with its n
+(pairs per model and item) and each model with its dialogues: the job reads the whole test split
+(253 dialogues per model in the paper's run), since over the panel's 35 (about 5 per model and
+item) a kappa says little.
 """
 
 from __future__ import annotations
@@ -51,10 +54,11 @@ def _kappa(x: list[int], y: list[int]) -> float:
 
 
 def fidelity_table(scores: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame:
-    """One row per (model, item): n pairs, kappa with the client's own record, kappa with the
-    shuffled control's record."""
+    """One row per (model, item): the model's dialogues judged, n pairs (those whose answer and
+    record both have the item), kappa with the client's own record, kappa with the shuffled
+    control's record."""
     wide = answers(scores)
-    cols = ["model", ITEM, "n", "kappa", "kappa_shuffled"]
+    cols = ["model", ITEM, "dialogues", "n", "kappa", "kappa_shuffled"]
     if wide.empty:
         return pd.DataFrame(columns=cols)
     records = record_values(profiles)
@@ -74,17 +78,38 @@ def fidelity_table(scores: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame
                 if len(clients) > 1 and item in records.get(theirs, {}):
                     sh_x.append(int(value))
                     sh_y.append(records[theirs][item])
-            rows.append({"model": model, ITEM: item, "n": len(own_x), "kappa": _kappa(own_x, own_y),
+            rows.append({"model": model, ITEM: item, "dialogues": len(g), "n": len(own_x), "kappa": _kappa(own_x, own_y),
                          "kappa_shuffled": _kappa(sh_x, sh_y)})
     return pd.DataFrame(rows, columns=cols)
 
 
 def fidelity_summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per model: items with a defined kappa, the mean kappa, the mean shuffled kappa, the gap."""
+    """Per model: dialogues judged, the fewest and most pairs of an item (n_min, n_max), items
+    with a defined kappa, the mean kappa, the mean shuffled kappa, the gap."""
+    cols = ["dialogues", "n_min", "n_max", "items", "kappa", "kappa_shuffled", "gap"]
     if table.empty:
-        return pd.DataFrame(columns=["items", "kappa", "kappa_shuffled", "gap"])
+        return pd.DataFrame(columns=cols)
     g = table.groupby("model")
-    out = pd.DataFrame({"items": g["kappa"].count(), "kappa": g["kappa"].mean(),
+    out = pd.DataFrame({"dialogues": g["dialogues"].max(), "n_min": g["n"].min(), "n_max": g["n"].max(),
+                        "items": g["kappa"].count(), "kappa": g["kappa"].mean(),
                         "kappa_shuffled": g["kappa_shuffled"].mean()})
     out["gap"] = out["kappa"] - out["kappa_shuffled"]
-    return out
+    return out[cols]
+
+
+def pairs_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Item x model: n, the pairs each kappa stands on (items in the table's order)."""
+    if table.empty:
+        return pd.DataFrame()
+    items = list(dict.fromkeys(table[ITEM]))
+    return table.pivot(index=ITEM, columns="model", values="n").reindex(items)
+
+
+def judged_splits(scores: pd.DataFrame, profiles: pd.DataFrame) -> str:
+    """The splits of the dialogues the fidelity judges read, e.g. "test 253" (from the profiles)."""
+    s = scores[scores[RUBRIC] == FIDELITY_RUBRIC]
+    dialogues = s.drop_duplicates(SUBJECT_ID)[CONTEXT_ID].astype(str)
+    if "split" not in profiles.columns or dialogues.empty:
+        return "split not recorded"
+    splits = dialogues.map(dict(zip(profiles["context_id"].astype(str), profiles["split"]))).fillna("no profile")
+    return ", ".join(f"{k} {v}" for k, v in splits.value_counts().sort_index().items())

@@ -79,3 +79,18 @@ def test_the_report_has_a_fidelity_section_when_the_step_ran(tmp_path):
     assert 'id="fidelity"' in page
     summary = pd.read_csv(tmp_path / "report" / "tables" / "fidelity_summary.csv")
     assert summary.loc[0, "kappa"] == pytest.approx(1.0)  # answers equal the records
+    # Issue 33 point 7: its size is stated: 3 dialogues of the test split, 3 pairs for BDI1.
+    assert (summary.loc[0, "dialogues"], summary.loc[0, "n_min"], summary.loc[0, "n_max"]) == (3, 3, 3)
+    assert "Dialogues read: test 3" in page
+    pairs = pd.read_csv(tmp_path / "report" / "tables" / "fidelity_n.csv").set_index("item")
+    assert pairs.loc["BDI1", "m"] == 3
+
+
+def test_n_per_model_and_item_counts_only_pairs_with_both_sides():
+    """c3's record lacks BDI2 and c2's answer lacks it: BDI2 stands on one pair, BDI1 on three."""
+    records = {"c1": {"BDI1": 0, "BDI2": 1}, "c2": {"BDI1": 1, "BDI2": 2}, "c3": {"BDI1": 2}}
+    judged = {"c1": {"BDI1": 0, "BDI2": 1}, "c2": {"BDI1": 1}, "c3": {"BDI1": 2, "BDI2": 0}}
+    t = fidelity_table(_scores(judged), _profiles(records))
+    assert dict(zip(t["item"], t["n"])) == {"BDI1": 3, "BDI2": 1} and set(t["dialogues"]) == {3}
+    s = fidelity_summary(t).loc["m"]
+    assert (s["dialogues"], s["n_min"], s["n_max"], s["items"]) == (3, 1, 3, 1)  # BDI2's kappa: too few pairs
