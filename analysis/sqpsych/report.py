@@ -317,9 +317,10 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
     _readability(w, utts)
     panel, why = _load(panel_rubric)
     wide = _panel(w, scores, panel, why, dialogues)
-    paper_panels(w, wide, panel, run_dir, profiles)  # Table 9 (the test split) and Table 5 (the experts' sample)
+    # Table 9 (the test split, LLM judges only, mean and sd) and Table 5 (the experts' sample)
+    run9 = paper_panels(w, wide, panel, run_dir, profiles)
     # --- the paper's Table 9 beside the run's per-judge panel table (as published) ---
-    table9_as_published(w, pn.aggregate_table(wide, panel) if wide is not None and panel is not None else None)
+    table9_as_published(w, run9)
     _correlation(w, wide, panel)
     _fidelity(w, scores, run_dir)
     preference_section(w, *_load(preference_rubric), scores, sid="preference",
