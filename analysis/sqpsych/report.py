@@ -34,7 +34,7 @@ from analysis.sqpsych.data import (
 )
 from analysis.sqpsych.preference_report import preference_section
 from analysis.sqpsych.published_report import statistics_as_published, table6_as_published, table9_as_published
-from analysis.sqpsych.readability import readability_table, textstat_gap
+from analysis.sqpsych.readability import readability_tables, textstat_gap
 from analysis.sqpsych.stats import corpus_totals, dataset_table, ending_table
 from analysis.sqpsych.tokens import counter_table, load_utterance_tokens, with_token_counts
 from analysis.stats import ALPHA
@@ -140,7 +140,7 @@ def _readability(w: ReportWriter, utts: pd.DataFrame) -> None:
            "syllables, words of 3+ syllables). Each utterance counts as a sentence end; role labels are not "
            "scored. SMOG needs three sentences: smog_undefined counts the dialogues with fewer, which are left "
            "out of the SMOG mean (textstat would return 0.0).")
-    table = readability_table(utts)
+    table, by_role = readability_tables(utts)
     gap = textstat_gap(table)
     w.table(sec, table, "table6_readability",
             "Table 6. Flesch Reading Ease and SMOG of the whole dialogue per therapist model",
@@ -149,7 +149,7 @@ def _readability(w: ReportWriter, utts: pd.DataFrame) -> None:
             "itself prints for the same counts (it rounds words per sentence and syllables per word to one "
             "decimal first)" + (f"; here it differs by up to {gap:.2f} Flesch points." if gap == gap else "."),
             digits=2)
-    w.table(sec, readability_table(utts, by_role=True), "table6_readability_by_role",
+    w.table(sec, by_role, "table6_readability_by_role",
             "Readability per therapist model and role (beyond Table 6)",
             "The same scores on each role's turns alone.", digits=2)
     table6_as_published(w, sec, table)  # the paper's Table 6 beside (as published)

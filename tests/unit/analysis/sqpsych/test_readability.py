@@ -28,7 +28,7 @@ import textstat
 from analysis.sqpsych.data import utterances
 from analysis.sqpsych.readability import (
     FRE, FRE_TEXTSTAT, SMOG, conversation_readability, corpus_readability, join_utterances, readability_table,
-    scores, textstat_gap,
+    readability_tables, scores, textstat_gap,
 )
 from tests.unit.analysis.sqpsych.helpers import dialogue
 
@@ -157,6 +157,10 @@ def test_per_role_is_the_extra_table(utts):
     assert therapist[f"{SMOG}_conv"] == pytest.approx(smog(1, 4), abs=1e-9)
     assert therapist[f"{FRE}_corpus"] == pytest.approx(fre(24, 6, 26), abs=1e-9)
     assert therapist[f"{SMOG}_corpus"] == pytest.approx(smog(1, 6), abs=1e-9)
+    # the report's route counts each utterance once for both tables: the same tables
+    whole, by_role = readability_tables(utts)
+    pd.testing.assert_frame_equal(by_role, t)
+    pd.testing.assert_frame_equal(whole, readability_table(utts))
     # one role's turns only, as the roles argument allows
     only = readability_table(utts, roles=["client"])
     assert only.loc["m1", f"{FRE}_corpus"] == pytest.approx(fre(11, 3, 12), abs=1e-9)
