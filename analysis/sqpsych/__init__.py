@@ -29,7 +29,7 @@ from analysis.sqpsych.preference import (
     preference_tables, verdict_codes, win_loss_draw,
 )
 from analysis.sqpsych.readability import (
-    conversation_readability, corpus_readability, join_utterances, readability_table,
+    conversation_readability, corpus_readability, join_utterances, readability_table, readability_tables,
 )
 from analysis.sqpsych.stats import conversation_stats, dataset_table, ending_table
 
@@ -41,6 +41,7 @@ __all__ = [
     "ending_table", "conversation_stats", "dataset_table",
     # readability (Table 6)
     "join_utterances", "conversation_readability", "corpus_readability", "readability_table",
+    "readability_tables",
     # the LLM panel and its agreement with human experts
     "panel_frame", "rater_scores", "raters", "aggregate_table", "item_table", "human_correlation",
     "pearson", "provenance",

@@ -117,7 +117,8 @@ def _stack(run: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
 def _rename(run: pd.DataFrame, mapping: dict[str, str], names: list[str]) -> pd.DataFrame:
     lacking = [c for c in mapping if c not in run.columns]
     if lacking:
-        raise ValueError(f"the run's table lacks {lacking} (it has {list(run.columns)}): cannot set it beside the paper's")
+        raise ValueError(f"the run's table lacks {lacking} (it has {list(run.columns)}): "
+                         "cannot set it beside the paper's")
     out = run[list(mapping)].rename(columns=mapping)
     out.index = out.index.set_names(names)
     return out

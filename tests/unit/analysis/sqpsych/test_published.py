@@ -14,7 +14,8 @@ import pytest
 
 from analysis.sqpsych import published as pb
 from analysis.sqpsych.report import build_report
-from tests.unit.analysis.sqpsych.helpers import dialogue, write_dialogues, write_profiles
+from jobs.core.rubric import load_rubric
+from tests.unit.analysis.sqpsych.helpers import dialogue, panel_rows, write_dialogues, write_profiles, write_scores
 
 
 def test_the_shipped_tables_hold_the_papers_cells():
@@ -79,7 +80,8 @@ def test_table2_says_which_counts_each_rows_tokens_came_from():
 def test_table9_beside_a_per_judge_table():
     run = pd.DataFrame({"n": [5, 5], "therapist": [15.0, 16.0], "client": [7.0, 6.5], "overall": [9.0, 8.5],
                         "total": [31.0, 31.0]},
-                       index=pd.MultiIndex.from_tuples([("qwen-judge", "m1"), ("Average", "m1")], names=["rater", "model"]))
+                       index=pd.MultiIndex.from_tuples([("qwen-judge", "m1"), ("Average", "m1")],
+                                                       names=["rater", "model"]))
     got = pb.table9_beside(run)
     assert got.index.names == ["judge", "dataset"] and len(got) == 2 + 32
     row = got.loc[("qwen-judge", "m1")]
@@ -118,9 +120,6 @@ def test_the_report_prints_the_papers_rows_beside_the_runs(tmp_path):
 
 
 def test_the_report_sets_the_runs_panel_beside_table_9(tmp_path):
-    from jobs.core.rubric import load_rubric
-    from tests.unit.analysis.sqpsych.helpers import panel_rows, write_scores
-
     rubric = load_rubric("sqpsych_panel")
     d = dialogue("p1", "m1", [("therapist", "Hello there.", 3), ("client", "Hi.", 2)])
     run = write_dialogues(tmp_path / "run", [d])

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from analysis.sqpsych.data import load_dialogues, load_profiles, ok_dialogues, utterances, with_groups
-from analysis.sqpsych.stats import dataset_table, ending_table
+from analysis.sqpsych.stats import dataset_table, ending_table, paper_table8
 from jobs.core.schemas import STATUS_ERROR
 from tests.unit.analysis.sqpsych.helpers import dialogue, write_dialogues, write_profiles
 
@@ -72,8 +72,6 @@ def test_table8_corpus_totals_by_hand(run):
 
 def test_the_papers_table8_columns_by_hand(run):
     """Table 8 as the paper prints it, per model (issue 33 point 6: set beside the paper's rows)."""
-    from analysis.sqpsych.stats import paper_table8
-
     t = paper_table8(utterances(ok_dialogues(load_dialogues(run))))
     m1 = t.loc["m1"]
     # p1: therapist 6 + 5, client 3 + 4 (all counted); p2: therapist 3, client one uncounted turn

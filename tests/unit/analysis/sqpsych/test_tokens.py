@@ -9,7 +9,7 @@ import pytest
 
 from analysis.sqpsych.data import utterances
 from analysis.sqpsych.stats import corpus_totals
-from analysis.sqpsych.tokens import counter_table, load_utterance_tokens, with_token_counts
+from analysis.sqpsych.tokens import counter_table, counters_used, load_utterance_tokens, with_token_counts
 from jobs.sqpsych.schemas import UTTERANCE_TOKENS
 from jobs.core.store import TableStore
 from tests.conftest import write_model_dir
@@ -51,8 +51,6 @@ def test_each_utterance_uses_the_first_count_that_applies(tmp_path, models):
 def test_counters_used_per_therapist_model(tmp_path, models):
     """The caveat beside the paper's Tables 2 and 8: per therapist model, which counts its
     dialogues' tokens came from (both agents' turns)."""
-    from analysis.sqpsych.tokens import counters_used
-
     d = dialogue("c1", "thinker", [("therapist", "How are you?", 300), ("client", "Not great.", 3),
                                    ("therapist", "Tell me more.", 280)], partner="plain")
     p = dialogue("c2", "plain", [("therapist", "Hi there.", 4)], partner="plain")
