@@ -4,10 +4,14 @@
 `hama.yaml`: item titles, the meaning of each value, total -> severity band, with their sources)
 and `demographics.yaml` (which fields the profile shows, their labels, categorical codes ->
 words). `Codebook.render(record)` turns a record into the profile text the therapist and client
-prompts read (`{questionnaire}`), laid out like the SQPsych paper's Figure 8:
+prompts read (`{questionnaire}`), laid out like the SQPsych paper's Figure 8 (its fields in its
+order and wording, as far as the authors' example record shows them; demographics.yaml says
+which are Figure 8's), with any record field or cohort column the codebook does not name shown
+as `name: value` after them:
 
     # Patient information
-    Age: 34
+    Test subject: syn-0001
+    Year of birth: 1981
     ...
     ## Questionnaire BDI
     Question BDI1: Sadness
@@ -118,16 +122,25 @@ class ScaleCodebook(StrictModel):
         return self.items[code].values[value]
 
 
+OTHER = "*"  # a code list's entry for every value it does not list; `{value}` is the value
+# Record fields a profile never shows as a line of their own: the split is the project's, the
+# BDI's diet answer is shown with BDI item 19.
+NOT_SHOWN = ("split", "bdi_diet")
+
+
 class DemographicsCodebook(StrictModel):
     title: str = "Patient information"
     fields: dict[str, str] = Field(description="Record field -> label, in the profile's order.")
     codes: dict[str, dict[str, str]] = Field(
-        default_factory=dict, description="Per field: code -> words; other values are shown as written.")
+        default_factory=dict, description="Per field: code -> words; other values are shown as written, or "
+        "by the list's \"*\" entry (`{value}`: the value).")
+    code_shown: list[str] = Field(default_factory=list, description="Fields whose code is shown before its words "
+                                  "(\"296.32 - major depressive disorder, ...\").")
 
     @model_validator(mode="after")
     def _known_fields(self) -> "DemographicsCodebook":
-        known = set(FLAT_FIELDS) | {"diagnosis"}
-        unknown = sorted((set(self.fields) | set(self.codes)) - known)
+        known = set(FLAT_FIELDS)
+        unknown = sorted((set(self.fields) | set(self.codes) | set(self.code_shown)) - known)
         if unknown:
             raise ValueError(f"unknown record fields {unknown}; known: {sorted(known)}")
         return self
@@ -135,7 +148,18 @@ class DemographicsCodebook(StrictModel):
     def words(self, field: str, value: object) -> str:
         codes = self.codes.get(field, {})
         text = str(value).strip()
-        return codes.get(text) or codes.get(text.lower()) or text
+        described = codes.get(text) or codes.get(text.lower())
+        if described is None:
+            return codes[OTHER].replace("{value}", text) if OTHER in codes else text
+        if field in self.code_shown and described != text and text.lower() != "none":
+            return f"{text} - {described}"
+        return described
+
+    def unnamed(self, record: ClientRecord) -> list[str]:
+        """The record's fields with a value that this codebook does not list (a cohort column
+        mapped to a field a shortened codebook left out): shown by name, never dropped."""
+        return [f for f in FLAT_FIELDS if f not in self.fields and f not in NOT_SHOWN
+                and _value(record, f) not in (None, "")]
 
 
 class Codebook:
@@ -149,27 +173,21 @@ class Codebook:
         return None if total is None else self.scales[scale].band(total)
 
     def _field_value(self, record: ClientRecord, field: str) -> str | None:
-        d = self.demographics
-        if field == "diagnosis":
-            code, text = record.history.diagnosis_code, record.history.diagnosis_text
-            if code and text:
-                return f"{code} - {text}"
-            if code:
-                described = d.words("diagnosis_code", code)
-                return described if described == code or code == "none" else f"{code} - {described}"
-            return text
-        value: object = record
-        for part in FLAT_FIELDS[field]:
-            value = getattr(value, part)
-        return None if value is None or value == "" else d.words(field, value)
+        value = _value(record, field)
+        return None if value is None or value == "" else self.demographics.words(field, value)
 
     def patient_block(self, record: ClientRecord) -> list[str]:
-        """Every field the codebook lists, in its order; one the record lacks says "not recorded"
-        (real cohorts have gaps; the client is kept)."""
+        """Every field the codebook lists, in its order (one the record lacks says "not
+        recorded": real cohorts have gaps; the client is kept); then, by name, what the record
+        holds that the codebook does not name: its other fields, and the cohort's columns that
+        no field maps (`record.extra`), as `name: value`."""
         lines = [f"# {self.demographics.title}"]
         for field, label in self.demographics.fields.items():
             value = self._field_value(record, field)
             lines.append(f"{label}: {NOT_RECORDED if value is None else value}")
+        lines += [f"{field}: {self.demographics.words(field, _value(record, field))}"
+                  for field in self.demographics.unnamed(record)]
+        lines += [f"{column}: {value}" for column, value in record.extra.items() if str(value).strip()]
         return lines
 
     def questionnaire_block(self, record: ClientRecord, scale: str) -> list[str]:
@@ -200,6 +218,13 @@ class Codebook:
         blocks = [self.patient_block(record)]
         blocks += [self.questionnaire_block(record, s) for s in SCALE_ORDER]
         return "\n\n".join("\n".join(b) for b in blocks if b) + "\n"
+
+
+def _value(record: ClientRecord, field: str) -> object:
+    value: object = record
+    for part in FLAT_FIELDS[field]:
+        value = getattr(value, part)
+    return value
 
 
 def _load_file(name: str, model: type[BaseModel], dirs: tuple[Path, ...]) -> BaseModel:

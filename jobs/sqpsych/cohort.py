@@ -14,7 +14,7 @@ step with an error naming the file, the key and the fix.
 
 `run(cfg)` writes one `PROFILES` row per record (the codebook's profile text, totals, the record
 as JSON; bad records as rows with status `invalid` and the reason) and `RUN_DIR/input_report.json`
-with the counts. Re-running on the same run directory skips the clients already written (and
+with the counts and the columns no field maps (each shown in the profile as `column: value`). Re-running on the same run directory skips the clients already written (and
 validates the invalid ones again, unless `retry_failed=false`). Cohorts are `restricted` unless
 their file says `sensitivity: public`: later steps never send their profiles to an external model.
 """
@@ -108,7 +108,8 @@ def _check_columns(ds: CohortConfig, path: Path, header: list[str]) -> tuple[dic
 
 
 def unknown_columns(header: list[str], fields: dict[str, str], items: dict[str, dict[str, str]]) -> list[str]:
-    """Columns the mapping reads nothing from: reported (a real export has many), never fatal."""
+    """Columns the mapping reads no field from: reported (a real export has many), never fatal,
+    and shown in the profile as `column: value` (`ClientRecord.extra`)."""
     used = set(fields) | {col for found in items.values() for col in found.values()}
     return [c for c in header if c not in used]
 
@@ -130,8 +131,10 @@ def split_of(client_id: str, seed: int, group: str | None = None) -> str:
 
 
 def _record_data(row: dict[str, str], ds: CohortConfig, fields: dict[str, str],
-                 items: dict[str, dict[str, str]]) -> dict[str, Any]:
-    data: dict[str, Any] = {"demographics": {}, "history": {}}
+                 items: dict[str, dict[str, str]], unknown: list[str] = ()) -> dict[str, Any]:
+    # A column no field maps travels with the record (`extra`): the profile shows it by name.
+    data: dict[str, Any] = {"demographics": {}, "history": {},
+                            "extra": {col: row[col].strip() for col in unknown if row[col].strip()}}
     for col, field in fields.items():
         value = row[col].strip()
         value = ds.columns.values.get(field, {}).get(value, value)
@@ -186,10 +189,11 @@ def _read_csv(ds: CohortConfig, notes: dict[str, Any]):
         raise ConfigError(f"{path}: cannot be read as CSV: {exc}") from exc
     header = [str(c) for c in df.columns]
     fields, items = _check_columns(ds, path, header)
-    notes["unknown_columns"] = unknown_columns(header, fields, items)
+    unknown = unknown_columns(header, fields, items)
+    notes["unknown_columns"] = unknown
     for i, row in enumerate(df.to_dict("records")):
         line = i + 2  # the header is line 1
-        yield line, check_record(_record_data(row, ds, fields, items), line=line)
+        yield line, check_record(_record_data(row, ds, fields, items, unknown), line=line)
 
 
 def _generated(ds: CohortConfig):
@@ -200,7 +204,8 @@ def _generated(ds: CohortConfig):
 def load_cohort(ds: CohortConfig, notes: dict[str, Any] | None = None) -> tuple[list[ClientRecord], list[BadRecord]]:
     """The cohort's valid records (of `ds.split`, the first `ds.limit`), and the bad ones met
     on the way. A second record with a client id already read is a bad record (the first wins).
-    `notes` (when given) receives `unknown_columns`: the CSV's columns the mapping ignores."""
+    `notes` (when given) receives `unknown_columns`: the CSV's columns no field maps (each record
+    keeps their values in `extra`)."""
     records: list[ClientRecord] = []
     bad: list[BadRecord] = []
     keys: set[str] = set()
@@ -260,8 +265,17 @@ def input_report(ds: CohortConfig, records: list[ClientRecord], bad: list[BadRec
         "groups": {g: sum(r.group == g for r in records) for g in ("control", "mdd")},
         "splits": {s: sum(r.split == s for r in records) for s in ("train", "dev", "test")},
         "counts": counts, "bad": [asdict(b) for b in bad],
+        # Both lists are shown in the profiles by name (`name: value`), never dropped.
         "unknown_columns": list((notes or {}).get("unknown_columns", [])),
+        "fields_not_in_codebook": _unnamed_fields(records),
     }
+
+
+def _unnamed_fields(records: list[ClientRecord]) -> list[str]:
+    """The record fields some record has a value for that the codebook does not list."""
+    book = load_codebook().demographics
+    found = {f for r in records for f in book.unnamed(r)}
+    return [f for f in FLAT_FIELDS if f in found]
 
 
 def summary(report: dict[str, Any]) -> str:
@@ -271,10 +285,12 @@ def summary(report: dict[str, Any]) -> str:
             f"records ({groups}; {splits}), {report['rows_bad']} bad")
     if report["counts"]:
         text += " (" + ", ".join(f"{k}: {v}" for k, v in report["counts"].items()) + ")"
-    unknown = report.get("unknown_columns") or []
-    if unknown:
-        text += (f"\n  {len(unknown)} column(s) not mapped to any record field, ignored: "
-                 + ", ".join(unknown[:10]) + (" ..." if len(unknown) > 10 else ""))
+    for key, what in (("unknown_columns", "column(s) not mapped to any record field"),
+                      ("fields_not_in_codebook", "record field(s) the codebook does not list")):
+        names = report.get(key) or []
+        if names:
+            text += (f"\n  {len(names)} {what}, shown in the profile as 'name: value': "
+                     + ", ".join(names[:10]) + (" ..." if len(names) > 10 else ""))
     for b in report["bad"][:5]:
         text += "\n  " + BadRecord(**b).message()
     if len(report["bad"]) > 5:

@@ -115,6 +115,7 @@ def write_cohort_csv(records: list[ClientRecord], path: Path, columns: CohortCol
             values = getattr(record, scale) or {}
             for n, code in enumerate(SCALES[scale].codes, 1):
                 row[pattern.format(n=n)] = values.get(code, "")
+        row.update(record.extra)  # the columns no field maps, as they were read
         rows.append(row)
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(path, index=False)

@@ -134,6 +134,24 @@ class Demographics(StrictModel):
     marital_status: str | None = Field(None, description="Code (single, married, ...) or text.")
     children: int | None = Field(None, ge=0, description="Number of children.")
     siblings: int | None = Field(None, ge=0, description="Number of siblings.")
+    # The rest of the paper's Figure 8 record (the authors' example record: parents, siblings,
+    # income, occupation, social contacts) and what issue 33 names beside it (BMI, sick leave,
+    # parents' education, twin status). Yes/no answers are codes (yes, no, unknown) or text.
+    bmi: float | None = Field(None, gt=0, lt=100, description="Body mass index, kg/m^2.")
+    mother_age_at_birth: int | None = Field(None, ge=10, le=70, description="The mother's age at the client's birth.")
+    father_age_at_birth: int | None = Field(None, ge=10, le=90, description="The father's age at the client's birth.")
+    mother_year_of_birth: int | None = Field(None, ge=1850, le=2100)
+    father_year_of_birth: int | None = Field(None, ge=1850, le=2100)
+    mother_education: str | None = Field(None, description="The mother's highest education: a code of `education` or text.")
+    father_education: str | None = Field(None, description="The father's highest education: a code of `education` or text.")
+    brothers: int | None = Field(None, ge=0, description="Number of brothers with both parents shared.")
+    brothers_ages: str | None = Field(None, description="Their ages, e.g. \"22, 25\"; none when there are none.")
+    twin: str | None = Field(None, description="The client is a twin: yes, no, or text.")
+    livelihood: str | None = Field(None, description="What the client currently mostly lives on (code or text).")
+    sick_leave: str | None = Field(None, description="Currently on sick leave: yes, no, or text.")
+    household_income: int | None = Field(None, ge=0, description="Net monthly household income, euros.")
+    occupation: str | None = Field(None, description="Current occupation (code or text).")
+    social_contacts: str | None = Field(None, description="How often the client has social contacts (code or text).")
 
 
 class ClinicalHistory(StrictModel):
@@ -151,6 +169,22 @@ class ClinicalHistory(StrictModel):
     inpatient_weeks: float | None = Field(None, ge=0, description="Total duration of inpatient treatment, weeks.")
     outpatient_weeks: float | None = Field(None, ge=0, description="Total duration of outpatient treatment, weeks.")
     psychotherapy: str | None = Field(None, description="Psychotherapy so far: code (none, current, past) or text.")
+    # Figure 8's diagnostic and family lines (the authors' example record).
+    affective_current: str | None = Field(None, description="Currently meets criteria for an affective disorder: yes / no.")
+    affective_lifetime: str | None = Field(None, description="Has ever met criteria for an affective disorder: yes / no.")
+    mdd_current: str | None = Field(None, description="Currently suffering from MDD: yes / no.")
+    mdd_lifetime: str | None = Field(None, description="MDD in the client's lifetime: yes / no.")
+    recurrence: str | None = Field(None, description="single, recurrent, or none (no depressive disorder).")
+    remission: str | None = Field(None, description="Degree of remission: acute, partial, full, or none.")
+    episode_months: int | None = Field(None, ge=0, description="Duration of the current episode, months.")
+    months_since_first_treatment: int | None = Field(None, ge=0, description="Time since the first psychiatric treatment, months.")
+    family_risk_mental: str | None = Field(None, description="A treated first-degree relative with a mental illness: yes / no / unknown.")
+    family_risk_mdd: str | None = Field(None, description="A treated first-degree relative with MDD: yes / no / unknown.")
+    relatives_mental_illness: str | None = Field(None, description="Do/did first-degree relatives suffer from a mental illness: yes / no / unknown.")
+    relative_which: str | None = Field(None, description="Which relative (text), or none.")
+    relative_illness: str | None = Field(None, description="The relative's illness (text), or none.")
+    relative_treated: str | None = Field(None, description="The relative was ever treated for it: yes / no / none.")
+    antidepressant: str | None = Field(None, description="Uses or used prescription antidepressants: yes / no.")
 
 
 class ClientRecord(StrictModel):
@@ -168,6 +202,9 @@ class ClientRecord(StrictModel):
     hama: dict[str, int | None] | None = Field(None, description="HAM-A, 14 items 0-4.")
     group: Group = Field(description="control (healthy) or mdd (major depressive disorder).")
     split: Split = Field(description="train, dev or test.")
+    extra: dict[str, str] = Field(
+        default_factory=dict, description="A cohort's columns that no record field maps (column -> value, blank "
+        "cells left out): the profile shows them as `column: value` after the codebook's fields.")
 
     @field_validator("bdi", "hamd", "hama", mode="before")
     @classmethod

@@ -12,7 +12,9 @@ around the middle of the range, and every item of the three questionnaires is dr
 they are in clinical samples, controls' totals fall mostly in the minimal / normal bands and MDD
 clients' mostly in the mild to severe ones. Demographics and history follow the group (e.g. MDD
 clients have episodes, an onset age, a DSM-IV code whose severity digit follows their HAM-D,
-medication in most cases). These are modelling choices, not estimates from a real cohort.
+medication in most cases). Every field of the paper's Figure 8 record is generated (parents, siblings,
+income, occupation, the diagnostic and family-risk lines, BMI, sick leave, twin status), each
+consistent with the others. These are modelling choices, not estimates from a real cohort.
 
 The same `(size, seed)` gives the same cohort, record for record. The records come in a seeded
 random order with ids `syn-0001`, ... so that the first N (`dataset.limit=N`) mix both groups.
@@ -140,8 +142,87 @@ def _more_fields(rng: np.random.Generator, group: str, bdi: dict[str, int], epis
     return dict(demographics=demographics, history=history, bdi_diet=diet)
 
 
+# The year the synthetic clients are assessed in (FOR2107, the paper's cohort, recruited 2014-2018):
+# a year of birth is this minus the age.
+ASSESSMENT_YEAR = 2016
+SOCIAL = {"control": (["daily", "weekly_several", "weekly", "monthly", "rarely"], [0.35, 0.4, 0.17, 0.05, 0.03]),
+          "mdd": (["daily", "weekly_several", "weekly", "monthly", "rarely"], [0.2, 0.3, 0.25, 0.13, 0.12])}
+EMPLOYEE = (["simple", "qualified", "executive", "skilled_worker", "self_employed"], [0.3, 0.35, 0.1, 0.15, 0.1])
+# What a client lives on, and works as, by work situation (a code of demographics.yaml each).
+LIVELIHOOD = {"employed": (["employment"], [1.0]), "part_time": (["employment", "partner"], [0.8, 0.2]),
+              "unemployed": (["unemployment_benefit", "parents", "partner"], [0.7, 0.15, 0.15]),
+              "student": (["parents", "grant", "employment"], [0.5, 0.3, 0.2]), "retired": (["pension"], [1.0]),
+              "sick_leave": (["sick_pay"], [1.0]), "homemaker": (["partner"], [1.0])}
+OCCUPATION = {"unemployed": "none", "student": "student", "retired": "retired", "homemaker": "homemaker"}
+RELATIVES = ["mother", "father", "brother", "sister"]
+OTHER_ILLNESS = ["anxiety disorder", "alcohol use disorder", "bipolar disorder", "schizophrenia"]
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _figure8_fields(rng: np.random.Generator, group: str, age: int, siblings: int, work: str, diagnosis: str,
+                    family_history: str, medication: str, episodes: int, onset: int | None) -> dict:
+    """The rest of Figure 8's record (parents, siblings, living, the diagnostic and family lines,
+    BMI, sick leave, income, twin status), drawn from a third stream so that every field above
+    stays what it was for a given seed. Each follows the client's group and what is drawn above
+    (a diagnosis in full remission is not current, a sick-leave work situation is on sick leave)."""
+    mdd = group == "mdd"
+    born = ASSESSMENT_YEAR - age - int(rng.integers(0, 2))
+    mother = int(np.clip(round(rng.normal(28, 5)), 17, 44))
+    father = int(np.clip(round(mother + rng.normal(3, 4)), 18, 60))
+    remission = "none" if not mdd else "full" if diagnosis.endswith("6") else str(
+        rng.choice(["acute", "partial"], p=[0.7, 0.3]))
+    current = mdd and remission != "full"
+    # Family risk nests: an MDD relative is an affective one is a mentally ill one.
+    known = family_history != "unknown"
+    affective = family_history == "yes"
+    mental = affective or (known and rng.random() < 0.1)
+    risk_mdd = affective and rng.random() < 0.8
+    relative = str(rng.choice(RELATIVES)) if mental else "none"
+    illness = "none" if not mental else "depression" if risk_mdd else "bipolar disorder" if affective else str(
+        rng.choice(OTHER_ILLNESS))
+    brothers = int(rng.binomial(siblings, 0.5))
+    ages = sorted(int(np.clip(age + rng.integers(-8, 9), 1, 95)) for _ in range(brothers))
+    income = rng.lognormal(np.log(2600 if not mdd else 2100), 0.45)
+    on_sick_leave = work == "sick_leave" or (mdd and work in ("employed", "part_time") and rng.random() < 0.15)
+    first_treatment = (max(1, (age - onset) * 12 - int(rng.integers(0, 12))) if mdd and onset is not None
+                       else 0)
+    demographics = dict(
+        year_of_birth=born, bmi=round(float(np.clip(rng.normal(26.5 if mdd else 24.8, 4.5), 16.5, 48.0)), 1),
+        mother_age_at_birth=mother, father_age_at_birth=father,
+        mother_year_of_birth=born - mother, father_year_of_birth=born - father,
+        mother_education=_choice(rng, EDUCATION), father_education=_choice(rng, EDUCATION),
+        brothers=brothers, brothers_ages=", ".join(map(str, ages)) or "none", twin=_yes(rng.random() < 0.03),
+        livelihood=_choice(rng, LIVELIHOOD[work]), sick_leave=_yes(on_sick_leave),
+        household_income=int(round(income / 50.0) * 50),
+        occupation=OCCUPATION.get(work) or _choice(rng, EMPLOYEE), social_contacts=_choice(rng, SOCIAL[group]))
+    history = dict(
+        diagnosis_text=_skid_text(diagnosis), affective_current=_yes(current), affective_lifetime=_yes(mdd),
+        mdd_current=_yes(current), mdd_lifetime=_yes(mdd),
+        recurrence="none" if not mdd else "single" if episodes == 1 else "recurrent", remission=remission,
+        episode_months=int(rng.integers(1, 25)) if current else 0, months_since_first_treatment=first_treatment,
+        family_risk_mental=_yes(mental) if known else "unknown", family_risk_mdd=_yes(risk_mdd) if known else "unknown",
+        relatives_mental_illness=_yes(mental) if known else "unknown", relative_which=relative,
+        relative_illness=illness, relative_treated=_yes(rng.random() < 0.7) if mental else "none",
+        antidepressant=_yes(medication != "none" or (mdd and rng.random() < 0.3)))
+    return dict(demographics=demographics, history=history)
+
+
+def _skid_text(code: str) -> str:
+    """The structured interview's words for a DSM-IV code (ours, in the SCID's style)."""
+    if code == "none":
+        return "no psychiatric diagnosis"
+    state = {"1": "currently mild", "2": "currently moderate", "3": "currently severe", "5": "in partial remission",
+             "6": "in full remission"}.get(code[-1], "current")
+    if code.startswith("296.2"):
+        return f"depressive episode, {state}"
+    return f"recurrent depressive disorder, {state}" + (" episode" if state.startswith("current") else "")
+
+
 def _client(rng: np.random.Generator, client_id: str, group: str, split: str,
-            weights: dict[str, np.ndarray], more: np.random.Generator) -> ClientRecord:
+            weights: dict[str, np.ndarray], more: np.random.Generator, fig8: np.random.Generator) -> ClientRecord:
     severity = float(rng.beta(*SEVERITY[group]))
     items = _questionnaires(rng, group, severity, weights)
     age = int(np.clip(round(rng.normal(37 if group == "mdd" else 35, 12)), 18, 65))
@@ -159,8 +240,12 @@ def _client(rng: np.random.Generator, client_id: str, group: str, split: str,
         history = dict(diagnosis_code="none", episodes=0,
                        family_history=_choice(rng, FAMILY_HISTORY[group]), medication="none")
     extra = _more_fields(more, group, items["bdi"], history["episodes"])
-    return ClientRecord(client_id=client_id, demographics={**demographics, **extra["demographics"]},
-                        history={**history, **extra["history"]}, bdi_diet=extra["bdi_diet"],
+    rest = _figure8_fields(fig8, group, age, extra["demographics"]["siblings"], demographics["work_situation"],
+                           history["diagnosis_code"], history["family_history"], history["medication"],
+                           history["episodes"], history.get("onset_age"))
+    return ClientRecord(client_id=client_id,
+                        demographics={**demographics, **extra["demographics"], **rest["demographics"]},
+                        history={**history, **extra["history"], **rest["history"]}, bdi_diet=extra["bdi_diet"],
                         group=group, split=split, **items)
 
 
@@ -173,8 +258,9 @@ def generate_cohort(size: int = PAPER_SIZE, seed: int = 0) -> list[ClientRecord]
     order = rng.permutation(len(cells))
     weights = _item_weights()
     more = np.random.default_rng([seed, 1])
+    fig8 = np.random.default_rng([seed, 2])
     width = max(4, len(str(size)))
-    return [_client(rng, f"syn-{i + 1:0{width}d}", *cells[j], weights, more) for i, j in enumerate(order)]
+    return [_client(rng, f"syn-{i + 1:0{width}d}", *cells[j], weights, more, fig8) for i, j in enumerate(order)]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -69,11 +69,13 @@ def test_files_cite_sources_and_bdi_says_it_is_paraphrased(codebook):
 def test_profile_text(codebook):
     text = codebook.render(client())
     lines = text.splitlines()
-    assert lines[0] == "# Patient information"
-    assert "Age: 41" in lines and "Gender: female" in lines and "Living situation: lives alone" in lines
-    assert "Diagnosis: 296.32 - major depressive disorder, recurrent, moderate" in lines
-    assert "Group: major depressive disorder (MDD)" in lines
-    assert "Family history of affective disorders: affective disorders in first-degree relatives" in lines
+    assert lines[:2] == ["# Patient information", "Test subject: c7"]
+    assert "Age: 41" in lines and "Gender: female" in lines and "Current living situation: living alone" in lines
+    assert ("Mental Disorder Diagnosis Coding 1 defined in the Diagnostic and Statistical Manual of Mental Disorders "
+            "IV (DSM-IV): 296.32 - major depressive disorder, recurrent, moderate") in lines
+    assert "Group: MDD - Major Depressive Disorder" in lines
+    assert ("At least 1 safely treated 1st degree relative with affective/schizoaffective disorder - a family member "
+            "diagnosed with such disorder: risk present") in lines
     assert "Current medication: sertraline 100 mg/day" in lines  # free text shown as written
     # One question and one answer per item, in the scale's order, then the total and its band.
     bdi = lines[lines.index("## Questionnaire BDI") + 1:]
@@ -95,9 +97,9 @@ def test_profile_says_not_recorded_for_what_the_record_lacks(codebook):
     kept); a questionnaire not taken is left out."""
     text = codebook.render(client(hama=None, demographics={}, history={}, group="control"))
     assert "## Questionnaire HAMA" not in text
-    assert "Age: not recorded" in text and "Diagnosis: not recorded" in text
-    assert "Number of siblings: not recorded" in text
-    assert "Group: healthy control (HC)" in text and "## Questionnaire HAMD" in text
+    assert "Age: not recorded" in text and "Year of birth: not recorded" in text
+    assert "(DSM-IV): not recorded" in text and "Do you have siblings?: not recorded" in text
+    assert "Group: HC - Healthy Control" in text and "## Questionnaire HAMD" in text
 
 
 # The BDI-I items the paper's Figure 8 shows where the BDI-II has other constructs.
@@ -117,18 +119,21 @@ def test_bdi_is_the_1974_inventory_not_the_bdi_ii(codebook):
     assert diet.after == "BDI19" and diet.field == "bdi_diet" and set(diet.values) == {0, 1}
 
 
-def test_bdi_diet_answer_and_every_figure_8_field_are_rendered(codebook):
-    record = client(bdi_diet="yes", demographics={"age": 41, "siblings": 2, "marital_status": "married"},
+def test_bdi_diet_answer_and_the_projects_own_fields_are_rendered(codebook):
+    record = client(bdi_diet="yes", demographics={"age": 41, "siblings": 2, "children": 0, "marital_status": "married"},
                     history={"inpatient_weeks": 6, "outpatient_weeks": 20, "hospitalizations": 1,
                              "psychotherapy": "current", "comorbidity": "panic disorder"})
     lines = codebook.render(record).splitlines()
     assert "Answer: Yes, I am deliberately eating less to lose weight." in lines
     # total excludes the diet question: still 14
     assert "Total Score: 14 - mild to moderate depression" in lines
-    for line in ("Number of siblings: 2", "Marital status: married", "Duration of inpatient treatment (weeks): 6.0",
-                 "Duration of outpatient treatment (weeks): 20.0", "Number of psychiatric hospitalizations: 1",
-                 "Psychotherapy: currently in psychotherapy", "Comorbid diagnoses: panic disorder",
-                 "Number of children: not recorded", "Psychiatric history: not recorded"):
+    for line in ("Do you have siblings?: Yes (2)", "Do you have children: No", "Marital status: married",
+                 "Total duration of (part-)inpatient psychiatric treatment (in weeks): 6.0",
+                 "Duration of outpatient treatment (weeks): 20.0", "Number of (part-)inpatient psychiatric stays: 1",
+                 "Psychotherapy: currently in psychotherapy",
+                 "Secondary comorbid diagnosis to Mental Disorder Diagnosis Coding 1 based on DSM-IV criteria, "
+                 "whether current or only in the patient's lifetime: panic disorder",
+                 "Psychiatric history: not recorded"):
         assert line in lines
 
 
