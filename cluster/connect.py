@@ -17,7 +17,7 @@ from typing import Any
 from cluster.config import ClusterConfig
 
 __all__ = ["NOTICE_LOGGERS", "QUIET_LOGGERS", "RAY_LOGS_LINK", "connect", "link_session_logs", "quiet_ray_console",
-           "ray_init_kwargs"]
+           "ray_init_kwargs", "running_clusters"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,6 +45,10 @@ def ray_init_kwargs(cfg: ClusterConfig, *, verbose: bool, address: str | None) -
     # repository root has on its path but a fresh worker process does not.
     pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
     return {
+        # "local": always a cluster of our own. Without it `ray.init` joins the cluster a `ray start`
+        # on this machine last named in Ray's temp folder (`ray_current_cluster`), and then refuses
+        # our num_cpus / _system_config; or fails to reach it when it was killed without `ray stop`.
+        "address": "local",
         "num_cpus": cfg.num_cpus,
         "object_store_memory": int(cfg.object_store_memory_gb * 2**30) if cfg.object_store_memory_gb else None,
         "include_dashboard": cfg.include_dashboard,
@@ -94,6 +98,19 @@ def link_session_logs(log_dir: Path, logs: Path) -> Path | None:
     return link
 
 
+def running_clusters() -> set[str]:
+    """The GCS addresses of the Ray clusters running on this machine (Ray's own process scan);
+    empty when none, or when this Ray version cannot tell."""
+    try:
+        from ray._private.services import find_gcs_addresses
+    except ImportError:
+        return set()
+    try:
+        return set(find_gcs_addresses())
+    except Exception:  # a private helper: never let it stop a job
+        return set()
+
+
 def _session_logs(context: Any) -> Path | None:
     info = getattr(context, "address_info", None) or {}
     session = info.get("session_dir")
@@ -123,6 +140,7 @@ def connect(cfg: ClusterConfig, *, verbose: bool = False, log_dir: Path | None =
             link_session_logs(log_dir, Path(session) / "logs")
         return "already connected"
     address = cfg.address or os.environ.get("RAY_ADDRESS")
+    others = set() if address else running_clusters()
     context = ray.init(**ray_init_kwargs(cfg, verbose=verbose, address=address))
     if not verbose:
         quiet_ray_console()  # ray.init(configure_logging=True) has just set the "ray" logger again
@@ -130,6 +148,9 @@ def connect(cfg: ClusterConfig, *, verbose: bool = False, log_dir: Path | None =
         where = f"joined Ray cluster at {address}"
     else:
         where = f"started an embedded local Ray cluster ({ray.cluster_resources().get('CPU', 0):g} CPUs)"
+        if others:
+            where += (f", beside the Ray cluster(s) already running on this machine ({', '.join(sorted(others))}), "
+                      "which it does not join (cluster.address=auto joins one)")
     logs = _session_logs(context)
     if logs is None:
         return where

@@ -42,6 +42,7 @@ def test_quiet_runs_do_not_stream_worker_logs_and_log_warnings_only():
     kw = ray_init_kwargs(ClusterConfig(num_cpus=2), verbose=False, address=None)
     assert kw["log_to_driver"] is False and kw["logging_level"] == logging.WARNING
     assert kw["num_cpus"] == 2 and kw["namespace"] == "evalcluster"
+    assert kw["address"] == "local"  # a cluster of its own, never one a `ray start` left on the machine
     assert str(REPO_ROOT) in kw["runtime_env"]["env_vars"]["PYTHONPATH"]
     joined = ray_init_kwargs(ClusterConfig(), verbose=False, address="auto")
     assert joined == {"address": "auto", "namespace": "evalcluster", "log_to_driver": False,
