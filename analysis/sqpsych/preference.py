@@ -14,7 +14,11 @@ item's anchors). From them, per profile and pair of models:
 3. over the judges, the outcome with the most votes (a, b or draw) wins; a tie for the most
    votes is a draw.
 
-`win_loss_draw` then counts, per pair of models, the profiles a won, lost and drew.
+`win_loss_draw` then counts, per pair of models, the profiles a won, lost and drew;
+`judge_win_loss_draw` counts each judge's own votes (step 2) per pair, as the paper reports each
+judge ("under GPT-4o") rather than a majority. Asking both orders is this project's addition
+(the paper states one judgment per pair): it turns a judge's position bias into draws instead of
+into wins for whichever answer is shown first.
 """
 
 from __future__ import annotations
@@ -151,6 +155,22 @@ def win_loss_draw(outcomes: pd.DataFrame) -> pd.DataFrame:
     return out[cols]
 
 
+def judge_win_loss_draw(votes: pd.DataFrame) -> pd.DataFrame:
+    """Per judge and pair of models: its votes (n: both orders answered), model_a's wins, losses
+    and draws by that judge alone (orders that disagree: a draw), a's win rate and win-or-draw
+    rate, and the subjects where the judge has no vote (incomplete)."""
+    cols = [N, "win", "loss", "draw", "win_rate", "win_or_draw_rate", "incomplete"]
+    if votes.empty:
+        return pd.DataFrame(columns=cols, index=pd.MultiIndex.from_arrays([[], [], []], names=[JUDGE, MODEL_A, MODEL_B]))
+    v = votes.assign(win=votes["vote"] == votes[MODEL_A], loss=votes["vote"] == votes[MODEL_B],
+                     draw=votes["vote"] == DRAW, incomplete=votes["vote"].isna())
+    out = v.groupby([JUDGE, MODEL_A, MODEL_B], sort=True)[["win", "loss", "draw", "incomplete"]].sum().astype(int)
+    out[N] = out["win"] + out["loss"] + out["draw"]
+    out["win_rate"] = out["win"] / out[N].where(out[N] > 0)
+    out["win_or_draw_rate"] = (out["win"] + out["draw"]) / out[N].where(out[N] > 0)
+    return out[cols]
+
+
 def position_consistency(votes: pd.DataFrame) -> pd.DataFrame:
     """Per judge: pairs judged in both orders (n), how many named the same winner both times,
     and the share; the rest are position-driven answers, scored as draws."""
@@ -166,9 +186,11 @@ def position_consistency(votes: pd.DataFrame) -> pd.DataFrame:
 
 def preference_tables(scores: pd.DataFrame, rubric_name: str, codes: Mapping[float, str] = SIGNED_CODES,
                       item: str | None = None) -> dict[str, pd.DataFrame]:
-    """Every step at once: `verdicts`, `votes`, `outcomes`, `win_loss_draw`, `consistency`."""
+    """Every step at once: `verdicts`, `votes`, `outcomes`, `win_loss_draw` (the majority),
+    `by_judge` (each judge's own), `consistency`."""
     verdicts = order_verdicts(scores, rubric_name, codes, item)
     votes = judge_votes(verdicts)
     outcomes = pair_outcomes(votes)
     return {"verdicts": verdicts, "votes": votes, "outcomes": outcomes,
-            "win_loss_draw": win_loss_draw(outcomes), "consistency": position_consistency(votes)}
+            "win_loss_draw": win_loss_draw(outcomes), "by_judge": judge_win_loss_draw(votes),
+            "consistency": position_consistency(votes)}

@@ -20,6 +20,8 @@ from jobs.core.schemas import CONTEXTS
 from jobs.core.store import read_table
 
 FAILURE_MODE = "failure_mode"
+BOTH_ORDERS = ("Both orders per judge are this project's addition (the paper states one judgment per pair): a "
+               "judge that prefers whichever answer comes first then counts as a draw, not as a win.")
 
 
 def _label(ix: object) -> str:
@@ -62,11 +64,24 @@ def preference_section(w: ReportWriter, rubric: Rubric | None, why: str, scores:
         w.missing(sec, f"No preference verdicts (rubric {rubric.name!r}, subject pair) in this run.")
         return
     wld = t["win_loss_draw"]
-    w.table(sec, wld, f"{sid}_win_loss_draw", f"Win / loss / draw of model_a against model_b over {subjects}",
+    w.table(sec, wld, f"{sid}_win_loss_draw", f"Win / loss / draw of model_a against model_b over {subjects}: the "
+            "majority over judges",
             f"Per {subjects[:-1]}: each judge's two orders are mapped back to the models; a judge whose orders name "
             "different winners votes draw; a judge missing an order has no vote; the outcome is the most "
             "voted of model_a / model_b / draw (a tie for the most is a draw). n = decided; "
-            "undecided = no judge had both orders.")
+            f"undecided = no judge had both orders. {BOTH_ORDERS}")
+    by_judge = t["by_judge"]
+    w.table(sec, by_judge, f"{sid}_win_loss_draw_by_judge",
+            f"Win / loss / draw of model_a against model_b per judge over {subjects} (as the paper reports each "
+            "judge, e.g. 'under GPT-4o')",
+            "Each judge's own vote: the winner both its orders name, a draw when they disagree; n = its votes, "
+            "incomplete = an order missing or failed. The majority above combines these.")
+    if by_judge.index.get_level_values(0).nunique() > 1:
+        per_judge = by_judge[["win", "draw", "loss"]]
+        per_judge.index = [f"{j}: {a} vs {b}" for j, a, b in per_judge.index]
+        w.figure(sec, figures.stacked_shares(per_judge, w.figures_dir / f"{sid}_win_draw_loss_by_judge.png",
+                                             "Win / draw / loss of model_a against model_b, per judge"),
+                 "Figure. The same shares by each judge alone.")
     if len(wld):
         counts = wld[["win", "draw", "loss"]].rename(index=_label)
         w.figure(sec, figures.stacked_shares(counts, w.figures_dir / f"{sid}_win_draw_loss.png",

@@ -13,13 +13,19 @@ The method, as the code runs it:
 3. ask the fine-tuned model (`single_turn.model`) and every baseline (`single_turn.baselines`) for
    one answer to each question, through the shared generate stage (`jobs.generate.GenerateStage`:
    the same call, reasoning removal, failure rows and resume as MentalBench's answers): rows of
-   `RUN_DIR/responses/`;
+   `RUN_DIR/responses/`. As the paper: the question alone is the user message, no system prompt
+   (`single_turn.system_prompt: none`); `guarded` sends this project's
+   `conf/sqpsych/single_turn_system.txt`, which warns against the benchmark's failure modes (no
+   diagnosis, no medication advice, no assumed facts) and so primes every model against the very
+   traps the questions set: a different comparison, named so in every row's prompt_version;
 4. for each question where the fine-tuned model and a baseline both answered, every judge is asked
    twice, once with each answer first, on `conf/rubric/sqpsych_single_turn_preference.yaml`
    (subject_type `pair`, subject_id `<question id>|<model>|<baseline>|ab` / `...|ba`): `scores` rows.
    The verdicts (both orders mapped back, a judge whose orders disagree votes draw, the majority
    over judges, a tie for the most a draw) are `analysis.sqpsych.preference`'s, as for the
-   dialogue preference; the report's single-turn section draws Figure 5 from them.
+   dialogue preference; the report's single-turn section draws Figure 5 from them, per judge (as
+   the paper reports each, "under GPT-4o") and by majority. Both orders are this project's
+   addition (a position-bias control); the paper states one judgment per pair.
 
 Nothing is planned unless `single_turn.model` is set; the step then says what the comparison would
 cost. The dry run states the calls: questions x (1 + baselines) answers and questions x baselines
@@ -32,6 +38,7 @@ import hashlib
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 from pydantic import Field, model_validator
@@ -54,6 +61,8 @@ from serving.governance import check_all
 __all__ = ["SingleTurnConfig", "SingleTurnSettings", "plan_answers", "plan_judgments", "run"]
 
 SINGLE_TURN_PLACEHOLDERS = ("question", "answer_a", "answer_b")
+# The answering models' system prompt by name: none (the paper), or this project's guarded one.
+SYSTEM_PROMPTS: dict[str, str | None] = {"none": None, "guarded": "sqpsych/single_turn_system.txt"}
 
 
 class SingleTurnSettings(StrictModel):
@@ -64,10 +73,14 @@ class SingleTurnSettings(StrictModel):
     baselines: list[str] = Field(default_factory=list, description="The baselines it is compared with (model "
                                  "files; the paper: CAMEL and a model tuned on Psych8k).")
     source: AdvSource = Field(default_factory=AdvSource, description="CounselBench-Adv's table and its layout.")
+    system_prompt: Literal["none", "guarded"] = Field(
+        "none", description="The answering models' system prompt: `none`, the question alone (the paper); "
+        "`guarded`, this project's conf/sqpsych/single_turn_system.txt, which warns against CounselBench-Adv's "
+        "failure modes (primes the models: not the paper's comparison).")
     prompt: PromptConfig = Field(
-        default_factory=lambda: PromptConfig(version="sqpsych-single-turn-v1",
-                                             system_file="sqpsych/single_turn_system.txt"),
-        description="The answering prompt: the question is the user message ({context}).")
+        default_factory=lambda: PromptConfig(version="sqpsych-single-turn-v2"),
+        description="The answering prompt: the question is the user message ({context}); a system text of "
+        "one's own here instead of system_prompt.")
     generation: GenerationOverrides = Field(
         default_factory=lambda: GenerationOverrides(temperature=0.7, max_tokens=512),
         description="Overrides of the answering models' sampling (CounselBench's runs: temperature 0.7).")
@@ -79,7 +92,16 @@ class SingleTurnSettings(StrictModel):
             raise ValueError(f"single_turn.baselines repeat a model: {self.baselines}")
         if self.model is not None and self.model in self.baselines:
             raise ValueError(f"single_turn.model {self.model!r} is also a baseline: compare it with other models")
+        if self.system_prompt != "none" and (self.prompt.system or self.prompt.system_file):
+            raise ValueError(f"single_turn.system_prompt={self.system_prompt} and single_turn.prompt's own system "
+                             "text are both set: keep one (system_prompt=none with your prompt.system, or no "
+                             "prompt.system with system_prompt=guarded)")
         return self
+
+    def answer_prompt(self) -> PromptConfig:
+        """The prompt the answering models get: `prompt`, with the named system prompt's file."""
+        file = SYSTEM_PROMPTS[self.system_prompt]
+        return self.prompt.model_copy(update={"system_file": file}) if file else self.prompt
 
     def models(self) -> list[str]:
         return ([self.model] if self.model else []) + list(self.baselines)
@@ -143,8 +165,11 @@ def _write_contexts(run_dir: Path, questions: pd.DataFrame, src: AdvSource) -> N
 
 
 def _prompt_version(st: SingleTurnSettings) -> str:
-    text = (st.prompt.system_text() or "") + "\x1f" + st.prompt.user_text()
-    return f"{st.prompt.version}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+    """The prompt's version, the system prompt's name and a hash of the texts: each row says
+    which prompt it was answered under."""
+    prompt = st.answer_prompt()
+    text = (prompt.system_text() or "") + "\x1f" + prompt.user_text()
+    return f"{prompt.version}-{st.system_prompt}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
 
 
 def run(cfg: SingleTurnConfig) -> int:
@@ -182,7 +207,10 @@ def run(cfg: SingleTurnConfig) -> int:
     n_answers, n_judgments = call_count(len(questions), len(st.baselines), len(judges))
     print(f"single_turn: {len(questions)} question(s) x {len(names)} model(s) = {n_answers} answers "
           f"({n_answers - len(todo)} already written, {len(todo)} to ask); then {len(questions)} x "
-          f"{len(st.baselines)} baseline(s) x 2 orders x {len(judges)} judge(s) = {n_judgments} judgments", flush=True)
+          f"{len(st.baselines)} baseline(s) x 2 orders x {len(judges)} judge(s) = {n_judgments} judgments; answers "
+          + ("under no system prompt (the paper)" if st.system_prompt == "none" and not st.prompt.system_text() else
+             f"under system prompt {st.system_prompt if st.system_prompt != 'none' else 'of prompt.system'!r} "
+             "(not the paper's: it primes the models)"), flush=True)
     if cfg.dry_run:
         print(plan_text(models, todo, st.generation), flush=True)
         return 0
@@ -190,7 +218,7 @@ def run(cfg: SingleTurnConfig) -> int:
     if not todo.empty:
         counts = run_model_stage(
             todo, models, GenerateStage,
-            dict(system=st.prompt.system_text(), user_template=st.prompt.user_text(),
+            dict(system=st.answer_prompt().system_text(), user_template=st.answer_prompt().user_text(),
                  prompt_version=_prompt_version(st), generation_overrides=st.generation.as_dict(),
                  dataset=st.source.name, run_id=run_dir.name),
             store, sensitivity=st.source.sensitivity, run=cfg, desc="single-turn answers")

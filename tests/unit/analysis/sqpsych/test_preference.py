@@ -48,6 +48,16 @@ def test_win_loss_draw_with_disagreeing_orders():
     assert out.loc["p3", "incomplete"] == 1 and out.loc["p3", "votes_draw"] == 0
 
 
+def test_each_judges_own_win_loss_draw_beside_the_majority():
+    """Issue 33 point 4: the paper reports each judge. By hand, m1 against m2: j1 wins p1 and p4,
+    draws p2 (its orders disagree), loses p3, has no vote on p5 (one order); j2 wins p1, draws p2,
+    loses p3 and p4; j3 wins p1, loses p2, draws p4 (a tie both times), has no vote on p3."""
+    t = preference_tables(rows(), R)["by_judge"]
+    got = {j: tuple(t.loc[(j, "m1", "m2"), ["n", "win", "loss", "draw", "incomplete"]]) for j in ("j1", "j2", "j3")}
+    assert got == {"j1": (4, 2, 1, 1, 1), "j2": (4, 1, 2, 1, 0), "j3": (3, 1, 1, 1, 1)}
+    assert t.loc[("j1", "m1", "m2"), "win_rate"] == 0.5 and t.loc[("j3", "m1", "m2"), "win_or_draw_rate"] == 2 / 3
+
+
 def test_an_orders_verdict_is_mapped_back_to_the_models():
     v = order_verdicts(rows(), R).set_index(["context_id", "judge", "order"])
     assert v.loc[("p1", "j1", "ab"), "winner"] == "m1" and v.loc[("p1", "j1", "ba"), "winner"] == "m1"

@@ -38,6 +38,13 @@ def test_single_turn_section_counts_majorities_by_hand_and_per_failure_mode(tmp_
     consistency = pd.read_csv(tables / "single_turn_position_consistency.csv").set_index("judge")
     assert consistency.loc["j3", "consistent"] == 2 and consistency.loc["j1", "consistent"] == 3
     assert (tmp_path / "report" / "figures" / "single_turn_win_draw_loss.png").stat().st_size > 1000
+    # Each judge beside the majority (issue 33 point 4): j1 votes ft, ft, base; j2 ft, base, base;
+    # j3 base, draw (its orders disagree on q2), ft.
+    by_judge = pd.read_csv(tables / "single_turn_win_loss_draw_by_judge.csv").set_index("judge")
+    assert {j: tuple(by_judge.loc[j, ["win", "draw", "loss"]]) for j in ("j1", "j2", "j3")} == {
+        "j1": (2, 0, 1), "j2": (1, 0, 2), "j3": (1, 1, 1)}
+    assert (tmp_path / "report" / "figures" / "single_turn_win_draw_loss_by_judge.png").stat().st_size > 1000
+    assert "Both orders per judge are this project's addition" in page
 
 
 def test_no_single_turn_scores_no_section(tmp_path):

@@ -128,3 +128,25 @@ def test_a_restricted_table_never_reaches_an_external_model(tmp_path, monkeypatc
 def test_the_model_must_not_be_its_own_baseline(tmp_path):
     with pytest.raises(ConfigError, match="also a baseline"):
         _cfg(tmp_path, model="ft", baselines=["ft"])
+
+
+@pytest.mark.parametrize("system_prompt, roles", [(None, ["user"]), ("guarded", ["system", "user"])])
+def test_answers_carry_no_priming_prompt_unless_named(tmp_path, monkeypatch, system_prompt, roles):
+    """Issue 33 point 4: as the paper, the question alone; this project's guarded prompt (which
+    warns against CounselBench-Adv's failure modes) only when named, and said in each row."""
+    st = {"model": "ft", "baselines": ["base1"], "source": {"limit": 2}}
+    if system_prompt:
+        st["system_prompt"] = system_prompt
+    with FakeServer() as server:
+        fake_judges(monkeypatch, tmp_path / "conf", server.base_url, names=("ft", "base1", "judge1", "judge2"))
+        assert single_turn.run(_cfg(tmp_path, **st)) == 0
+        answers = [s for s in server.log_lines() if "# The person's message" not in s["content"]]
+    assert len(answers) == 4 and all(s["roles"] == roles for s in answers)
+    versions = set(TableStore(tmp_path, RESPONSES).read()["prompt_version"])
+    assert len(versions) == 1 and f"-{system_prompt or 'none'}-" in versions.pop()
+
+
+def test_a_named_system_prompt_and_ones_own_are_not_both_set(tmp_path):
+    with pytest.raises(ConfigError, match="system_prompt=guarded and single_turn.prompt's own system text"):
+        _cfg(tmp_path, model="ft", baselines=["b"], system_prompt="guarded",
+             prompt={"version": "mine", "system": "Be kind."})
