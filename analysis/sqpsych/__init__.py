@@ -12,7 +12,8 @@ names and aggregates come from the rubric files (`conf/rubric/sqpsych_panel.yaml
                  corpus level (exact formulas on textstat's counts); per role as an extra
 - `published`    the paper's own Tables 2, 6, 8 and 9 (data/sqpsych_published/), a run's beside them
 - `panel`        the panel's aggregates and items per rater and model, Pearson r with the experts
-- `preference`   win / loss / draw from both orders of each pair, majority over judges
+- `panel_tables` the paper's Table 9 (every judge on the test split) and Table 5 (the experts' sample)
+- `preference`   win / loss / draw from both orders of each pair, per judge and majority over judges
 - `benchmarks`   CBT-Bench and CounselingBench scores (its own module, when present)
 - `report`       `build_report(run_dir)`: report.html, tables/, figures/
 """
