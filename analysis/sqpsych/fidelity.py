@@ -78,8 +78,8 @@ def fidelity_table(scores: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame
                 if len(clients) > 1 and item in records.get(theirs, {}):
                     sh_x.append(int(value))
                     sh_y.append(records[theirs][item])
-            rows.append({"model": model, ITEM: item, "dialogues": len(g), "n": len(own_x), "kappa": _kappa(own_x, own_y),
-                         "kappa_shuffled": _kappa(sh_x, sh_y)})
+            rows.append({"model": model, ITEM: item, "dialogues": len(g), "n": len(own_x),
+                         "kappa": _kappa(own_x, own_y), "kappa_shuffled": _kappa(sh_x, sh_y)})
     return pd.DataFrame(rows, columns=cols)
 
 

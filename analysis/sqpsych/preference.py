@@ -161,7 +161,8 @@ def judge_win_loss_draw(votes: pd.DataFrame) -> pd.DataFrame:
     rate, and the subjects where the judge has no vote (incomplete)."""
     cols = [N, "win", "loss", "draw", "win_rate", "win_or_draw_rate", "incomplete"]
     if votes.empty:
-        return pd.DataFrame(columns=cols, index=pd.MultiIndex.from_arrays([[], [], []], names=[JUDGE, MODEL_A, MODEL_B]))
+        empty = pd.MultiIndex.from_arrays([[], [], []], names=[JUDGE, MODEL_A, MODEL_B])
+        return pd.DataFrame(columns=cols, index=empty)
     v = votes.assign(win=votes["vote"] == votes[MODEL_A], loss=votes["vote"] == votes[MODEL_B],
                      draw=votes["vote"] == DRAW, incomplete=votes["vote"].isna())
     out = v.groupby([JUDGE, MODEL_A, MODEL_B], sort=True)[["win", "loss", "draw", "incomplete"]].sum().astype(int)

@@ -275,7 +275,8 @@ def no_finished_dialogues(cfg: Any, run_dir: Path, desc: str) -> int:
     return 0
 
 
-def _split_and_sample(dialogues: pd.DataFrame, meta: pd.DataFrame, cfg: PanelConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _split_and_sample(dialogues: pd.DataFrame, meta: pd.DataFrame,
+                      cfg: PanelConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the split's dialogues, the Table 5 sample drawn from them)."""
     in_split = select_dialogues(dialogues, meta, cfg.panel_split, None)
     if cfg.panel_sample is None:
@@ -312,8 +313,8 @@ def run(cfg: PanelConfig, step: str | None = None) -> int:
                     cfg, "client_model", None) else [])]
                 families = model_families(players, known=judges)
                 estimate = "" if planned_in_split(cfg, run_dir)[1] else "; about: Table 3's share of the split"
-                print_plan(desc, n, f"dialogues ({cfg.panel_split or 'every'} split, scope {cfg.panel_scope}{estimate})",
-                           judges, cfg.judge_generation, planned_calls(cfg, n, families))
+                what = f"dialogues ({cfg.panel_split or 'every'} split, scope {cfg.panel_scope}{estimate})"
+                print_plan(desc, n, what, judges, cfg.judge_generation, planned_calls(cfg, n, families))
             return 0
         return no_finished_dialogues(cfg, run_dir, desc)
     profiles = read_profiles(run_dir)
