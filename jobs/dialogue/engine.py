@@ -13,7 +13,6 @@ its completed turns kept and `stopped_at_turn` saying where; resuming retries fr
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from pydantic import Field, model_validator
 from jobs.core.base import StrictModel
 
 from jobs.dialogue.clean import Cleaned, clean_utterance, normalized
-from jobs.dialogue.rules import DialogueRules
+from jobs.dialogue.rules import DialogueRules, filler_line
 from jobs.core.callfields import call_fields
 from jobs.core.schemas import ENDED_CAP, ENDED_ERROR, ENDED_STOP_TOKEN, STATUS_ERROR, STATUS_OK
 from serving.client import ChatClient
@@ -34,6 +33,9 @@ _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 PHASE_PLACEHOLDER = "phase_instruction"
 DRAFT = "draft"  # the placeholder and step name of an agent's first answer, when it revises it
 HISTORY_PLACEHOLDER = "history"
+# How the error of a dialogue its rules ended begins (a role's answer still repeated or unusable
+# after its retries, `RolePolicy.on_* = error`): one failure reason, apart from failed calls.
+ABANDONED = "abandoned by its rules"
 
 
 
@@ -216,7 +218,8 @@ async def run_dialogue(
         row = await _one_turn(client, spec, params[role], role, turns, turn, labels, sensitivity, result)
         if row["status"] != STATUS_OK:
             result.ended_by = ENDED_ERROR
-            result.error = f"turn {turn} ({role}, {spec.agent(role).model}): {row['error']}"
+            result.error = (f"{ABANDONED}: " if row.pop("abandoned", False) else "") + (
+                f"turn {turn} ({role}, {spec.agent(role).model}): {row['error']}")
             return result
         turns.append(row)
         result.new_turns += 1
@@ -292,7 +295,7 @@ async def _one_turn(client: ChatClient, spec: DialogueSpec, params: GenerationPa
                                           "repeated an earlier utterance of the same agent", regenerations,
                                           spec.dialogue_id, turn, res.content)
         if failure is not None:
-            row.update(status=STATUS_ERROR, error=failure)
+            row.update(status=STATUS_ERROR, error=failure, abandoned=True)
             return row
         row.update(text=text, stop=stop and rules.honors_stop(role, turn))
         if agent.revisions:
@@ -308,14 +311,6 @@ def _unusable(cleaned: Cleaned, require_label: bool) -> str | None:
     if require_label and not cleaned.labeled:
         return "utterance without the agent's label"
     return None
-
-
-def filler_line(fillers: list[str], dialogue_id: str, turn: int) -> str:
-    """One of `fillers`, drawn from the dialogue and turn (not a random state): a resumed or
-    re-run dialogue puts the same line in the same place."""
-    usable = [f for f in fillers if f.strip()]
-    digest = hashlib.sha256(f"{dialogue_id}#{turn}".encode()).digest()
-    return usable[int.from_bytes(digest[:8], "big") % len(usable)]
 
 
 def _settle(action: str, fillers: list[str], text: str, stop: bool, why: str, regenerations: int,

@@ -10,6 +10,7 @@ utterances (turn 1 is the first speaker's first utterance); a round is each agen
 
 from __future__ import annotations
 
+import hashlib
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -185,3 +186,11 @@ class DialogueRules(StrictModel):
 
     def regeneration_note(self, utterance: str) -> str:
         return self.repeat_note.replace("{utterance}", utterance)
+
+
+def filler_line(fillers: list[str], dialogue_id: str, turn: int) -> str:
+    """One of `fillers`, drawn from the dialogue and turn (not a random state): a resumed or
+    re-run dialogue puts the same line in the same place."""
+    usable = [f for f in fillers if f.strip()]
+    digest = hashlib.sha256(f"{dialogue_id}#{turn}".encode()).digest()
+    return usable[int.from_bytes(digest[:8], "big") % len(usable)]

@@ -40,6 +40,7 @@ from pydantic import Field
 
 from jobs.config import RunConfig
 from jobs.dialogue import AgentSpec, Countdown, DialogueRules, DialogueSpec, run_dialogues
+from jobs.dialogue.engine import ABANDONED
 from jobs.core.preflight import FailureSummary, summarize
 from jobs.sqpsych.cohort import load_cohort, ok_profiles, profile_rows
 from jobs.sqpsych.schemas import PROFILES
@@ -205,5 +206,13 @@ def run(cfg: SynthesizeConfig) -> int:
     counts = run_dialogues(specs, sensitivities, models, cfg, desc="synthesize")
     if cfg.dry_run:
         return 0
-    return summarize("synthesize", counts["ok"], counts["failed"], counts.failures or FailureSummary(),
+    failures = counts.failures or FailureSummary()
+    # A dialogue the authors' rules abandon is the method's outcome (their run loses it too), not
+    # a failure of the step: an error row with its reason, left out of max_failed_fraction.
+    abandoned = failures.counts.get(ABANDONED, 0)
+    if abandoned:
+        print(f"synthesize: {abandoned} dialogue(s) {ABANDONED} (a therapist still repeating or unlabeled after "
+              f"{cfg.max_regenerations} retries; authors_rules.abandon_therapist): error rows with the reason, not "
+              "counted against max_failed_fraction", flush=True)
+    return summarize("synthesize", counts["ok"], counts["failed"] - abandoned, failures,
                      cfg.max_failed_fraction, "dialogues", Path(cfg.run_dir) / "dialogues")

@@ -11,8 +11,7 @@ from pydantic import ValidationError
 from jobs.core.schemas import ENDED_CAP, ENDED_ERROR, TURNS
 from jobs.core.store import TableStore
 from jobs.dialogue import clean_utterance
-from jobs.dialogue.engine import filler_line
-from jobs.dialogue.rules import DialogueRules, RolePolicy
+from jobs.dialogue.rules import DialogueRules, RolePolicy, filler_line
 from tests.fakes.openai_server import FakeServer
 from tests.unit.jobs.dialogue.helpers import batch, keys, model, run, spec, stage
 
@@ -90,9 +89,9 @@ def test_a_role_that_keeps_repeating_ends_the_dialogue_as_an_error_row(tmp_path)
     row = out.iloc[0]
     assert (row["status"], row["ended_by"], row["stopped_at_turn"], row["n_turns"]) == ("error", ENDED_ERROR, 2, 2)
     # The last answer, as the fake wrote it: the echo of the prompt with the note appended.
-    assert row["error"] == ("turn 3 (therapist, a): repeated an earlier utterance of the same agent after 2 "
-                            "regeneration(s): 'echo: Therapist: same words\\n\\nYour utterance should be "
-                            "different from: same words'")
+    assert row["error"] == ("abandoned by its rules: turn 3 (therapist, a): repeated an earlier utterance of the "
+                            "same agent after 2 regeneration(s): 'echo: Therapist: same words\\n\\nYour utterance "
+                            "should be different from: same words'")
     assert TableStore(tmp_path, TURNS).read()["turn"].tolist() == [1, 2]
 
 
@@ -104,8 +103,8 @@ def test_an_unlabeled_answer_is_asked_again_quoting_it_then_an_error(tmp_path):
         sent = fake.log_lines()
     assert keys(sent) == ["p0|a#1", "p0|a#1/r1"]
     assert sent[1]["content"].endswith("Your utterance should be different from: Hello there.")
-    assert out.iloc[0]["error"] == ("turn 1 (therapist, a): utterance without the agent's label after 1 "
-                                   "regeneration(s): 'Hello there.'")
+    assert out.iloc[0]["error"] == ("abandoned by its rules: turn 1 (therapist, a): utterance without the agent's "
+                                   "label after 1 regeneration(s): 'Hello there.'")
 
 
 def test_keep_lets_an_unlabeled_line_through_and_a_repeat_stay(tmp_path):

@@ -38,8 +38,9 @@ def _run(tmp_path, monkeypatch, **rules):
         fake_judges(monkeypatch, tmp_path / "conf", fake.base_url, names=("ext",))
         write_profiles(tmp_path / "run", {"c1": "public"})
         cfg = SynthesizeConfig(**RUN, run_dir=str(tmp_path / "run"), models=["ext"], max_turns=6,
-                               max_regenerations=2, flush_every_s=0.05, max_failed_fraction=1.0, **rules)
-        run(cfg)
+                               max_regenerations=2, flush_every_s=0.05, **rules)
+        # max_failed_fraction stays 0: an abandoned dialogue is an error row, not a failed step.
+        assert run(cfg) == 0
         sent = [r["request_key"] for r in fake.log_lines()]
     dialogue = TableStore(tmp_path / "run", DIALOGUES).read().iloc[0]
     turns = TableStore(tmp_path / "run", TURNS).read().sort_values("turn")
@@ -61,8 +62,9 @@ def test_the_authors_rules_label_first_line_filler_and_abandon(tmp_path, monkeyp
     assert turns["raw"].tolist()[3] == "I just feel tired all the time."  # the model's answer is kept
     # An error row with its reason, never a missing row; the four turns before it kept.
     assert (dialogue["status"], dialogue["ended_by"], dialogue["stopped_at_turn"]) == ("error", ENDED_ERROR, 4)
-    assert dialogue["error"] == ("turn 5 (therapist, ext): repeated an earlier utterance of the same agent after 2 "
-                                 "regeneration(s): 'Therapist: Hello, how have you been this week?'")
+    assert dialogue["error"] == ("abandoned by its rules: turn 5 (therapist, ext): repeated an earlier utterance of "
+                                 "the same agent after 2 regeneration(s): 'Therapist: Hello, how have you been this "
+                                 "week?'")
 
 
 def test_a_repeated_client_line_becomes_one_of_the_authors_repeat_fillers(tmp_path, monkeypatch):
