@@ -12,9 +12,13 @@ When the driver gives the stage a `sink` (`jobs.core.collect.RowSink`), finished
 batches, not with their block: each worker keeps the rows its calls finish and puts them into
 the sink as one Arrow table at least every `SINK_EVERY_S` seconds (or `flush_every_s`, if
 shorter), at once when `SINK_ROWS` rows wait, and when its last open block ends, so a row
-never waits for the slowest row of its block and an interrupted run keeps every row finished
-more than that interval ago. The block handed back to Ray Data is empty. Without a sink (a
-stage called directly, as in unit tests) the block carries the rows.
+never waits for the slowest row of its block. The block handed back to Ray Data is empty.
+Without a sink (a stage called directly, as in unit tests) the block carries the rows.
+
+An interrupted run keeps every row finished before the signal: each worker keeps one call to the
+sink waiting (`RowSink.drained`), which returns when the driver is interrupted; the worker then
+puts what it holds at once, naming itself, and every later row as it finishes, while the driver
+waits for all its workers before Ray Data kills them (`jobs.core.collect`).
 
 Why batches: a one-row frame, its Arrow table and a remote call per finished row cost ~2.5 ms
 of CPU each, which made the stage CPU-bound at ~140 rows/s on 2 cores; one `rows_to_arrow` and
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from typing import Any
 
 import pandas as pd
@@ -74,6 +79,10 @@ class ChatStage:
         self._open = 0  # blocks running in this worker
         self._last_put = time.monotonic()
         self._ticker: asyncio.Task | None = None
+        self._id = uuid.uuid4().hex  # how the sink knows this worker has answered a drain
+        self._watch: asyncio.Task | None = None  # the standing `drained` call
+        self._draining = False  # interrupted: every finished row goes to the sink at once
+        self._put_lock: asyncio.Lock | None = None
 
     async def process_row(self, row: dict[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
         raise NotImplementedError
@@ -113,19 +122,35 @@ class ChatStage:
         if self.sink is not None:
             self._waiting.append(done)
             self._n_waiting += len(done[1])
-            if self._n_waiting >= self.sink_rows:
+            if self._draining or self._n_waiting >= self.sink_rows:
                 await self._put()
             else:
                 self._ensure_ticker()
         return done
 
-    async def _put(self) -> None:
-        """Everything waiting, as one table, into the sink (one remote call)."""
+    async def _put(self, answer: bool = False) -> None:
+        """Everything waiting, as one table, into the sink (one remote call). `answer`: the
+        worker's answer to a drain, sent even with nothing waiting. One put at a time, so that
+        when the answer arrives every earlier put of this worker has too."""
         self._last_put = time.monotonic()
-        if not self._waiting:
+        if not self._waiting and not answer:
             return
-        done, self._waiting, self._n_waiting = self._waiting, [], 0
-        await self.sink.put.remote(self._arrow(done), self.sink_channel)
+        if self._put_lock is None:
+            self._put_lock = asyncio.Lock()
+        async with self._put_lock:
+            done, self._waiting, self._n_waiting = self._waiting, [], 0
+            if done or answer:
+                await self.sink.put.remote(self._arrow(done) if done else None, self.sink_channel,
+                                           self._id if answer else None)
+
+    async def _watch_drain(self) -> None:
+        try:
+            if not await self.sink.drained.remote(self.sink_channel, self._id):
+                return  # the stage ended
+            self._draining = True
+            await self._put(answer=True)
+        except Exception:  # noqa: BLE001 - the driver stops waiting for this worker after a bound
+            log.exception("handing the finished rows to the interrupted driver failed")
 
     def _ensure_ticker(self) -> None:
         if self._ticker is None or self._ticker.done():
@@ -144,6 +169,8 @@ class ChatStage:
         rows = batch.to_pylist() if isinstance(batch, pa.Table) else batch.to_dict("records")
         if self.sink is None:
             return self._arrow(list(await asyncio.gather(*(self._guarded_pair(r) for r in rows))))
+        if self._watch is None:
+            self._watch = asyncio.get_running_loop().create_task(self._watch_drain())
         self._open += 1
         try:
             await asyncio.gather(*(self._finished(r) for r in rows))

@@ -5,9 +5,13 @@ would wait for its slowest row, and an interrupted run would throw them away wit
 Instead each worker puts its finished rows into a `RowSink` actor in batches, one Arrow table at
 least every half second (`jobs.stage.ChatStage`: no remote call per row); the driver's
 `Collector` takes them every half second, counts them for the progress bar and the failure
-summary, and writes a part every `flush_every_s`. On Ctrl-C or SIGTERM (Ray's job stop, a pod's shutdown) the driver takes what
-the sink holds, writes it, and stops: only calls unanswered, or answered in the last half second
-(still in their worker), are sent again on resume.
+summary, and writes a part every `flush_every_s`. On Ctrl-C or SIGTERM (Ray's job stop, a pod's
+shutdown) the driver first drains the workers: the sink wakes each worker's standing `drained`
+call, every worker puts the rows it still holds (and then each row as it finishes), and the sink
+hands all of them to the driver once every worker has answered (at most `DRAIN_WAIT_S`). Only
+then does the signal end the stage, and Ray Data kill the workers: only calls unanswered at the
+signal are sent again on resume. (Before, the signal ended Ray Data's iteration at once, which
+killed the workers with up to half a second of answered rows in them: issue 34, item 6.)
 
 A part that cannot be written keeps its rows in memory and is tried again at the next flush; at
 the end, rows that still could not be written go to `jobs.core.store.rescue`, never dropped.
@@ -15,6 +19,7 @@ the end, rows that still could not be written go to `jobs.core.store.rescue`, ne
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
@@ -29,10 +34,14 @@ from jobs.core.preflight import FailureSummary
 from jobs.core.schemas import STATUS_OK
 from jobs.core.store import TableStore, rescue
 
-__all__ = ["Collector", "Interrupted", "RowSink", "WriteFailed", "interrupt_signals", "raise_on_sigterm",
-           "sink_for_driver"]
+__all__ = ["DRAIN_WAIT_S", "Collector", "Interrupted", "RowSink", "WriteFailed", "interrupt_signals",
+           "raise_on_sigterm", "sink_for_driver"]
 
 rows_log = logging.getLogger("jobs.rows")  # per-row errors: the job's log file, not the console
+
+# How long an interrupted stage waits for its workers to hand over the rows they hold. They answer
+# in milliseconds; the bound is for a worker that is dead or stuck, which must not hold up Ctrl-C.
+DRAIN_WAIT_S = 3.0
 
 
 class RowSink:
@@ -43,15 +52,47 @@ class RowSink:
     stage's own channel and its `Collector` takes that channel only, so a stage starts no actor
     process of its own for its rows (on a busy 2-core node a process costs a second or more).
     `close` hands back a channel's last tables and drops whatever is put there later (a worker
-    of a stage that was stopped), which the stage would not have kept either."""
+    of a stage that was stopped), which the stage would not have kept either.
+
+    `drain` (an interrupted stage) first gets the rows its workers still hold: each worker keeps
+    a `drained` call waiting here (an async actor holds them without a thread each), `drain` wakes
+    them, and each worker answers with a `put` naming itself."""
 
     def __init__(self) -> None:
         self._tables: dict[str, list[pa.Table]] = {}
         self._closed: set[str] = set()
+        self._wake: dict[str, asyncio.Event] = {}  # per channel: set by `drain` or `close`
+        self._workers: dict[str, set[str]] = {}  # per channel: the workers waiting in `drained`
+        self._answered: dict[str, set[str]] = {}  # per channel: the workers that put after the wake
 
-    def put(self, table: pa.Table, channel: str = "") -> None:
-        if channel not in self._closed:
+    def put(self, table: pa.Table | None, channel: str = "", worker: str | None = None) -> None:
+        """`worker`: a worker's answer to `drained` (its table may be None: it held no rows)."""
+        if channel not in self._closed and table is not None:
             self._tables.setdefault(channel, []).append(table)
+        if worker is not None:
+            self._answered.setdefault(channel, set()).add(worker)
+
+    def _event(self, channel: str) -> asyncio.Event:
+        return self._wake.setdefault(channel, asyncio.Event())
+
+    async def drained(self, channel: str, worker: str) -> bool:
+        """A worker's standing call: returns when its stage is interrupted (True: put what you
+        hold, naming yourself) or has ended (False: nothing to do)."""
+        if channel in self._closed:
+            return False
+        self._workers.setdefault(channel, set()).add(worker)
+        await self._event(channel).wait()
+        return channel not in self._closed
+
+    async def drain(self, channel: str = "", wait_s: float = DRAIN_WAIT_S) -> list[pa.Table]:
+        """Wake the channel's workers, wait until each has put what it held (at most `wait_s`),
+        then `close` the channel, handing back its last tables."""
+        self._event(channel).set()
+        deadline = time.monotonic() + wait_s
+        while (not self._workers.get(channel, set()) <= self._answered.get(channel, set())
+               and time.monotonic() < deadline):
+            await asyncio.sleep(0.01)
+        return self.close(channel)
 
     def take(self, channel: str = "") -> list[pa.Table]:
         out = self._tables.get(channel, [])
@@ -61,6 +102,10 @@ class RowSink:
 
     def close(self, channel: str = "") -> list[pa.Table]:
         self._closed.add(channel)
+        if channel in self._wake:
+            self._wake.pop(channel).set()  # the workers' standing calls return (False)
+        self._workers.pop(channel, None)
+        self._answered.pop(channel, None)
         return self._tables.pop(channel, [])
 
 
@@ -107,9 +152,13 @@ def raise_on_sigterm() -> None:
 
 
 @contextlib.contextmanager
-def interrupt_signals():
+def interrupt_signals(before_raise: Callable[[], None] | None = None):
     """SIGINT and SIGTERM raise `Interrupted` in the driver, once: a second signal while the
-    finished rows are being written only says so (a second Ctrl-C must not lose them)."""
+    finished rows are being written only says so (a second Ctrl-C must not lose them).
+
+    `before_raise` runs in the handler, before the raise: the raise unwinds whatever the main
+    thread was in (Ray Data's iteration, whose cleanup kills the stage's workers), so what must
+    still reach the workers is done there."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -120,6 +169,11 @@ def interrupt_signals():
             print(f"\n{signal.Signals(signum).name} again: still writing the finished rows", flush=True)
             return
         fired.append(signum)
+        if before_raise is not None:
+            try:
+                before_raise()
+            except Exception:  # noqa: BLE001 - the interrupt must still stop the stage
+                rows_log.exception("collecting the workers' rows at the interrupt failed")
         raise Interrupted(signum)
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -149,6 +203,9 @@ class Collector:
         self._lock = threading.Lock()
         self._last_flush = time.monotonic()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # the loop's sleep, cut short by `stop` or `drain`
+        self._drain = threading.Event()  # asked by the signal handler...
+        self._drained = threading.Event()  # ...and done by the loop
         self._thread: threading.Thread | None = None
 
     def take(self, timeout: float = 30.0) -> int:
@@ -156,6 +213,12 @@ class Collector:
         import ray  # the driver side of a Ray run only; an inline run never takes
 
         return self.add(ray.get(self.sink.take.remote(self.channel), timeout=timeout))
+
+    def take_drained(self, wait_s: float = DRAIN_WAIT_S) -> int:
+        """The rows the channel's workers still hold, and the channel's last rows (it is closed)."""
+        import ray
+
+        return self.add(ray.get(self.sink.drain.remote(self.channel, wait_s), timeout=wait_s + 30))
 
     def take_last(self, timeout: float = 30.0) -> int:
         """The channel's last rows; the sink drops what its workers put there after this."""
@@ -206,8 +269,9 @@ class Collector:
     def saving(self):
         """Run a stage's body with SIGINT/SIGTERM raising `Interrupted`: whatever ends it (a
         signal, a dead worker, a bug), the rows that finished are written first (or rescued),
-        and an `Interrupted` carries how many this run saved; a normal end writes the rest."""
-        with interrupt_signals():
+        and an `Interrupted` carries how many this run saved; a normal end writes the rest. A
+        signal first drains the workers (`drain_workers`), while they are still alive."""
+        with interrupt_signals(before_raise=self.drain_workers):
             try:
                 yield self
             except BaseException as exc:
@@ -224,8 +288,32 @@ class Collector:
         """True when the pending rows are older than the flush interval."""
         return time.monotonic() - self._last_flush >= self.flush_every_s
 
+    def drain_workers(self, wait_s: float = DRAIN_WAIT_S) -> None:
+        """At a signal, in the handler: have the loop take the rows the workers still hold, and
+        write them, before the signal's raise lets Ray Data kill the workers. The loop does it,
+        not the handler, which may have cut into a Ray call of the main thread."""
+        if self._thread is None or not self._thread.is_alive():
+            return  # an inline run: every finished row is already here
+        self._drain.set()
+        self._wake.set()
+        if not self._drained.wait(wait_s + 35):
+            rows_log.warning("the workers' rows were not collected within %.0f s of the interrupt", wait_s + 35)
+
     def _loop(self) -> None:
-        while not self._stop.wait(0.5):
+        while True:
+            self._wake.wait(0.5)
+            self._wake.clear()
+            if self._drain.is_set():
+                try:
+                    self.take_drained()
+                    self.flush()
+                except Exception:  # noqa: BLE001 - `finish` takes and writes what is left
+                    rows_log.exception("collecting the workers' rows at the interrupt failed")
+                finally:
+                    self._drained.set()
+                return  # the channel is closed: nothing more will come
+            if self._stop.is_set():
+                return
             try:
                 self.take()
                 if self.due():
@@ -240,6 +328,7 @@ class Collector:
     def finish(self, retries: int = 3) -> None:
         """Stop the loop, take the last rows, write them; rescue what cannot be written."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=60)
         if self.sink is not None:  # None: an inline run hands its rows to `add` itself

@@ -17,21 +17,43 @@ class _Put:
     def __init__(self, sink: "_Sink"):
         self.sink = sink
 
-    def remote(self, table: pa.Table, channel: str = ""):  # `sink.put.remote(...)` on a Ray actor: awaitable
-        self.sink.tables.append(table)
-        self.sink.channels.append(channel)
+    def remote(self, table: pa.Table | None, channel: str = "", worker: str | None = None):
+        # `sink.put.remote(...)` on a Ray actor: awaitable
+        if table is not None:
+            self.sink.tables.append(table)
+            self.sink.channels.append(channel)
+        if worker is not None:
+            self.sink.answers.append(worker)
         self.sink.changed.set()
         fut = asyncio.get_running_loop().create_future()
         fut.set_result(None)
         return fut
 
 
+class _Drained:
+    """`sink.drained.remote(channel, worker)`: resolves when the test interrupts (`_Sink.drain`)."""
+
+    def __init__(self, sink: "_Sink"):
+        self.sink = sink
+
+    def remote(self, channel: str, worker: str):
+        self.sink.waiting.append(worker)
+        return self.sink.wake
+
+
 class _Sink:
     def __init__(self):
         self.tables: list[pa.Table] = []
         self.channels: list[str] = []
+        self.answers: list[str] = []  # workers that answered a drain
+        self.waiting: list[str] = []  # workers whose `drained` call waits
         self.changed = asyncio.Event()
+        self.wake = asyncio.get_running_loop().create_future()
         self.put = _Put(self)
+        self.drained = _Drained(self)
+
+    def drain(self) -> None:
+        self.wake.set_result(True)
 
     def ids(self) -> list[str]:
         return [i for t in self.tables for i in t.column("context_id").to_pylist()]
@@ -131,3 +153,32 @@ def test_a_row_that_does_not_fit_the_table_is_a_failed_row_and_its_batch_is_kept
 def test_without_a_sink_the_block_carries_the_rows():
     out = _run(_Stage()(_batch(range(3))))
     assert out.column("context_id").to_pylist() == ["0", "1", "2"] and out.schema == RESPONSES.schema
+
+
+def test_an_interrupt_has_the_worker_put_the_rows_it_holds_at_once_and_then_each_as_it_finishes():
+    """Issue 34, item 6: rows answered less than `sink_every_s` before Ctrl-C were still in their
+    worker when Ray Data killed it. The driver's drain wakes the worker's standing `drained`
+    call: it puts what it holds at once, naming itself, and every later row as it finishes."""
+    async def go():
+        gate = asyncio.Event()
+        stage = _Stage(gates={"3": gate})
+        stage.sink, stage.sink_every_s = _Sink(), 3600.0  # no timer: only the drain puts
+        call = asyncio.ensure_future(stage(_batch(range(4))))
+        while len(stage._waiting) < 3:
+            await asyncio.sleep(0)
+        assert stage.sink.tables == [] and stage.sink.waiting == [stage._id]
+        stage.sink.drain()
+        while not stage.sink.answers:
+            await asyncio.sleep(0)
+        held = sorted(stage.sink.ids())
+        gate.set()  # a row answered after the interrupt: put as it finishes, not on the timer
+        while len(stage.sink.tables) < 2:
+            stage.sink.changed.clear()
+            await stage.sink.changed.wait()
+        late = len(stage.sink.tables)
+        await call
+        return stage, held, late
+
+    stage, held, late = _run(go())
+    assert held == ["0", "1", "2"] and stage.sink.answers == [stage._id]
+    assert late == 2 and stage.sink.ids()[-1] == "3"

@@ -104,3 +104,47 @@ def test_one_sink_serves_a_drivers_stages_each_under_its_own_channel(tmp_path):
     sink.put(a, "judge-1")  # a worker of the ended stage, still running
     assert sink.take("judge-1") == [] and sink.close("judge-1") == []
     assert sink.take("generate-2") == [b] and sink.close("generate-2") == []
+
+
+def test_a_drain_waits_for_each_waiting_worker_to_put_what_it_holds_then_closes(tmp_path):
+    """Issue 34, item 6: Ctrl-C lost the rows workers still held. `drain` wakes every worker's
+    standing `drained` call and hands back the channel's rows once each has answered; a worker
+    that never answers holds it up for `wait_s` only; a stage that ended wakes its workers with
+    False (nothing to put), and a worker starting after that is told so at once."""
+    import asyncio
+    import time
+
+    from jobs.core.collect import RowSink
+
+    store = TableStore(tmp_path, RESPONSES, writer=True)
+    a, b, c = _rows(store, "ok", "ok", "error")
+
+    async def worker(sink, name, table, answers=True):
+        if await sink.drained("gen", name) and answers:
+            await asyncio.sleep(0.05)  # a worker answers a little later than the wake
+            sink.put(table, "gen", worker=name)
+        return name
+
+    async def go():
+        sink = RowSink()
+        sink.put(a, "gen")
+        w1 = asyncio.ensure_future(worker(sink, "w1", b))
+        w2 = asyncio.ensure_future(worker(sink, "w2", None))  # held nothing: answers with no table
+        await asyncio.sleep(0.01)
+        got = await sink.drain("gen", wait_s=5.0)
+        await asyncio.gather(w1, w2)
+        sink.put(c, "gen", worker="w1")  # after the drain: dropped, as after `close`
+        stuck = RowSink()
+        w3 = asyncio.ensure_future(worker(stuck, "w3", c, answers=False))
+        await asyncio.sleep(0.01)
+        start = time.monotonic()
+        assert await stuck.drain("gen", wait_s=0.3) == [] and time.monotonic() - start >= 0.3
+        await w3
+        ended = RowSink()
+        w4 = asyncio.ensure_future(ended.drained("gen", "w4"))
+        await asyncio.sleep(0.01)
+        ended.close("gen")
+        return got, sink.take("gen"), await w4, await ended.drained("gen", "w5")
+
+    got, after, woken, late = asyncio.run(asyncio.wait_for(go(), timeout=30))
+    assert got == [a, b] and after == [] and woken is False and late is False
