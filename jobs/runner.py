@@ -31,6 +31,9 @@ from serving.capacity import plan_lines
 from serving.client import Endpoint
 from serving.deploy import ensure, served_by
 from jobs.core.store import TableStore
+from jobs.recover import (
+    MAX_NODE_LOSSES, ClusterLost, NodeLost, fitting_workers, is_node_loss, remaining_rows, settle, stage_nodes_left,
+)
 from jobs.staged import Staged, StagedRows, Unstageable, remove_staged, stage_rows
 
 
@@ -104,10 +107,15 @@ def run_model_stage(
     run: RunConfig,
     desc: str,
     counter: Callable[[pa.Table], tuple[int, int]] | None = None,
+    replan: Callable[[], pd.DataFrame] | None = None,
 ) -> StageResult:
     """What every model-calling job does: check keys, connect to Ray, host `models` (or reach
     them), check that every endpoint answers, and run `stage_cls` over `rows` with each model's
     concurrency limit split across the workers.
+
+    A lost node (or worker) does not end the stage: the rows written stay, and the stage goes on
+    with the rows left (`replan()` when given, else the rows whose key is not written) on the
+    nodes left (`jobs.recover`).
 
     `run` is the job's `RunConfig` (cluster, serving, rows per task, flush interval, verbosity);
     Ray's logs go to the run directory unless `run.verbose`. `rows` staged ahead (`Staged`) are
@@ -138,14 +146,47 @@ def run_model_stage(
         engine = served_by(ep)  # a run that fell back to the in-process engine says so here
         print(f"  {name}: {ep.base_url}" + (f" ({engine})" if engine else ""), flush=True)
     workers = stage_workers(run.cluster.stage_workers, models, blocks=math.ceil(len(rows) / run.rows_per_task))
-    return run_stage(
-        rows, stage_cls,
-        dict(endpoints=endpoints_to_spec(endpoints), concurrency_share=1.0 / workers,
-             sensitivity=sensitivity, **stage_kwargs),
-        store, workers=workers, worker_num_cpus=run.cluster.stage_num_cpus,
-        rows_in_flight=sum(m.concurrency for m in models), rows_per_task=run.rows_per_task,
-        flush_every_s=run.flush_every_s, desc=desc, counter=counter,
-    )
+    total, losses, nodes = StageResult(), 0, stage_nodes_left(run.cluster.stage_num_cpus)
+    while True:
+        try:
+            got = run_stage(
+                rows, stage_cls,
+                dict(endpoints=endpoints_to_spec(endpoints), concurrency_share=1.0 / workers,
+                     sensitivity=sensitivity, **stage_kwargs),
+                store, workers=workers, worker_num_cpus=run.cluster.stage_num_cpus,
+                rows_in_flight=sum(m.concurrency for m in models), rows_per_task=run.rows_per_task,
+                flush_every_s=run.flush_every_s, desc=desc, counter=counter,
+            )
+            return total.add(got)
+        except NodeLost as lost:
+            total.add(lost.result)
+            losses += 1
+            nodes = settle(nodes, run.cluster.stage_num_cpus)  # until Ray counts the lost node out
+            rows = _after_node_loss(lost, rows, store, replan, desc, losses, run.cluster.stage_num_cpus)
+            if len(rows) == 0:
+                return total
+            # as many workers as the nodes left can hold (a worker asks `stage_num_cpus`)
+            workers = max(1, min(workers, fitting_workers(run.cluster.stage_num_cpus)))
+
+
+def _after_node_loss(lost: NodeLost, rows: pd.DataFrame | Staged, store: TableStore,
+                     replan: Callable[[], pd.DataFrame] | None, desc: str, losses: int,
+                     need_cpus: float) -> pd.DataFrame:
+    """The rows left after a lost node, or `ClusterLost` when the stage cannot go on."""
+    left = stage_nodes_left(need_cpus)
+    if losses > MAX_NODE_LOSSES or left == 0:
+        why = (f"{losses} workers lost in one stage" if left else "no node left that can run the stage's workers")
+        raise ClusterLost(f"{desc}: {why} ({lost.cause.__class__.__name__}); {lost.result.saved} row(s) of this "
+                          f"attempt are written. Re-run the same command (on a healthy cluster) to resume: rows "
+                          f"already written are not sent again") from lost.cause
+    try:
+        todo = remaining_rows(rows, store, replan)
+    finally:
+        if isinstance(rows, Staged):
+            remove_staged(rows.path)
+    print(f"{desc}: a node or worker was lost ({lost.cause.__class__.__name__}); {lost.result.saved} row(s) written "
+          f"before it; {len(todo)} row(s) left go on, on {left} node(s)", flush=True)
+    return todo
 
 
 class StageResult(dict):
@@ -155,6 +196,14 @@ class StageResult(dict):
         super().__init__(ok=ok, failed=failed)
         self.failures = failures or FailureSummary()
         self.saved = saved
+
+    def add(self, other: "StageResult") -> "StageResult":
+        """This result with `other`'s counts added (a stage that went on after a lost node)."""
+        self["ok"] += other["ok"]
+        self["failed"] += other["failed"]
+        self.failures.update(other.failures)
+        self.saved += other.saved
+        return self
 
 
 def run_stage(
@@ -203,6 +252,7 @@ def run_stage(
     per_worker_rows = math.ceil(rows_in_flight / workers)
     max_concurrency = max(2, math.ceil(2 * per_worker_rows / rows_per_task))
     source, batch_format, staged = _source(ray, rows, rows_per_task, store.dir.parent, desc)
+    lost = None
     try:
         with warnings.catch_warnings():
             # `max_restarts` has no named parameter in Ray 2.60; its actor pool documents
@@ -215,13 +265,22 @@ def run_stage(
         with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar:
             collector = Collector(store, sink, flush_every_s=flush_every_s, bar=bar, counter=_with_reasons(counter),
                                   channel=channel)
-            with collector.saving():
-                collector.start()
-                # The blocks carry no rows (they went to the sink): iterating drives the run.
-                for _ in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-                    pass
+            try:
+                with collector.saving():
+                    collector.start()
+                    # The blocks carry no rows (they went to the sink): iterating drives the run.
+                    for _ in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+                        pass
+            except Exception as exc:
+                if not is_node_loss(exc):
+                    raise
+                # `saving` has written every row the sink got; the caller goes on with the rest
+                # (`jobs.recover`), reading the staged rows again: they are kept for it.
+                lost = NodeLost(exc, StageResult(collector.counts["ok"], collector.counts["failed"],
+                                                 collector.failures, collector.saved))
+                raise lost from exc
     finally:
-        if staged is not None:
+        if staged is not None and lost is None:
             remove_staged(staged)
     return StageResult(collector.counts["ok"], collector.counts["failed"], collector.failures, collector.saved)
 

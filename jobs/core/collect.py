@@ -120,7 +120,13 @@ def sink_for_driver(ray: Any) -> tuple[Any, str]:
     key = (context.get_node_id(), name)
     if key not in _SINKS:
         # Held here: Ray ends an actor that is not detached, named or not, with its last handle.
-        _SINKS[key] = ray.remote(num_cpus=0)(RowSink).options(name=name, get_if_exists=True).remote()
+        # On the driver's own node: a worker node that dies (issue 34) must not take the rows
+        # its workers handed over with it, and the driver is gone anyway if its node is.
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(node_id=context.get_node_id(), soft=False)
+        _SINKS[key] = ray.remote(num_cpus=0)(RowSink).options(
+            name=name, get_if_exists=True, scheduling_strategy=here).remote()
     return _SINKS[key], name
 
 

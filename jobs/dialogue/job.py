@@ -131,12 +131,19 @@ def run_dialogues(specs: list[DialogueSpec], sensitivities: list[str], models: d
         return counts
     if not todo_specs:
         return counts
-    rows = plan_rows(todo_specs, [sens for s, sens in zip(specs, sensitivities) if s.dialogue_id not in done],
-                     done, turns)
+    todo_sens = [sens for s, sens in zip(specs, sensitivities) if s.dialogue_id not in done]
+    rows = plan_rows(todo_specs, todo_sens, done, turns)
+
+    def replan() -> pd.DataFrame:
+        """After a lost node: the dialogues not ended yet, each resuming after its written turns."""
+        ended = {k[0] for k in dialogues.existing_keys()}
+        left = [s.dialogue_id for s in todo_specs if s.dialogue_id not in ended]
+        return plan_rows(todo_specs, todo_sens, ended, written_turns(turns_store, set(left)))
+
     ran = run_model_stage(
         rows, used, DialogueStage,
         dict(run_dir=str(run_dir), run_id=run_dir.name, flush_every_s=run.flush_every_s),
-        dialogues, sensitivity=strictest(*rows["sensitivity"]), run=run, desc=desc,
+        dialogues, sensitivity=strictest(*rows["sensitivity"]), run=run, desc=desc, replan=replan,
     )
     counts.update(ok=ran["ok"], failed=ran["failed"])
     counts.failures = getattr(ran, "failures", None)
