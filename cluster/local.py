@@ -202,9 +202,18 @@ def start(workers: int = 2, cpus: float = 1, object_store_gb: float = 0.5, direc
         cluster.dashboard = f"http://127.0.0.1:{dash_port}" if dashboard else None
         cluster.nodes.append({"name": "head", "cpus": 0, "pids": sorted(head)})
         for i in range(1, workers + 1):
+            # Each worker node its own temp folder inside the cluster's, as separate machines have:
+            # nodes sharing one would share `runtime_resources/`, and a worker node cleaning up a
+            # job's working directory when its own workers are done would delete it under the
+            # driver on the head (seen: `ray job submit` lost its cwd after the first stage: a
+            # worker node set up the job's working directory again in the shared folder).
+            # (RAY_TMPDIR does not do it: a worker node takes the head's temp folder unless
+            # `--temp-dir` names one.)
+            own = Path(temp_dir) / f"w{i}"
+            own.mkdir()
             pids = _ray_start([f"--address={cluster.address}", f"--num-cpus={cpus:g}", "--node-ip-address=127.0.0.1",
-                               f"--object-store-memory={store}", f"--resources={json.dumps({'worker_node': 1})}"],
-                              env, temp_dir)
+                               f"--object-store-memory={store}", f"--resources={json.dumps({'worker_node': 1})}",
+                               f"--temp-dir={own}"], env, temp_dir)
             cluster.nodes.append({"name": f"worker-{i}", "cpus": cpus, "pids": sorted(pids)})
     except Exception:
         cluster.stop()
