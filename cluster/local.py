@@ -38,7 +38,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["LocalCluster", "start", "load", "main"]
+__all__ = ["LocalCluster", "kill_pids", "load", "main", "pids_under", "start"]
 
 DEFAULT_DIR = Path("runs") / "local-cluster"
 STATE = "cluster.json"
@@ -48,7 +48,7 @@ def _ray() -> str:
     return str(Path(sys.executable).parent / "ray")
 
 
-def _pids_under(needle: str) -> set[int]:
+def pids_under(needle: str) -> set[int]:
     """Pids whose command line holds `needle` (every process of a node names the cluster's temp folder)."""
     out = set()
     for proc in Path("/proc").iterdir():
@@ -88,7 +88,7 @@ def _descendants(pids: set[int]) -> set[int]:
     return out
 
 
-def _kill(pids: set[int]) -> None:
+def kill_pids(pids: set[int] | list[int]) -> None:
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -131,7 +131,7 @@ class LocalCluster:
         preempted machine). Returns the pids killed."""
         node = self.worker(index)
         pids = _descendants(set(node["pids"]))
-        _kill(pids)
+        kill_pids(pids)
         node["killed"] = True
         self.save()
         return pids
@@ -147,9 +147,9 @@ class LocalCluster:
 
     def stop(self) -> int:
         """End every process of this cluster (by its temp folder) and remove the folder."""
-        pids = _descendants(_pids_under(self.temp_dir) | {p for n in self.nodes for p in n["pids"]})
+        pids = _descendants(pids_under(self.temp_dir) | {p for n in self.nodes for p in n["pids"]})
         pids.discard(os.getpid())
-        _kill(pids)
+        kill_pids(pids)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
         Path(self.dir, STATE).unlink(missing_ok=True)
         return len(pids)
@@ -165,12 +165,12 @@ def _free_port() -> int:
 
 def _ray_start(args: list[str], env: dict[str, str], temp_dir: str) -> set[int]:
     """`ray start ARGS`; the pids it left running (its node's processes)."""
-    before = _pids_under(temp_dir)
+    before = pids_under(temp_dir)
     out = subprocess.run([_ray(), "start", *args], env=env, capture_output=True, text=True, timeout=300)
     if out.returncode:
         raise RuntimeError(f"ray start {' '.join(args)} failed:\n{out.stdout[-1500:]}\n{out.stderr[-1500:]}")
     time.sleep(0.5)
-    return _pids_under(temp_dir) - before
+    return pids_under(temp_dir) - before
 
 
 def start(workers: int = 2, cpus: float = 1, object_store_gb: float = 0.5, directory: str | Path = DEFAULT_DIR,

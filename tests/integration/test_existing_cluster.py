@@ -9,9 +9,7 @@ tests' clusters, and every process stays on the loopback address."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -21,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cluster.local import kill_pids, pids_under
 from tests.conftest import ROOT, job_env, write_model_dir
 from tests.fakes.openai_server import FakeServer
 
@@ -39,29 +38,6 @@ def _generate(tmp_path: Path, env: dict[str, str], models: Path, csv: Path, run:
          f"run_dir={tmp_path / run}", f"dataset.path={csv}", "dataset.name=synthetic", "dataset.columns.id=id",
          "dataset.columns.context=text", "dataset.columns.human_response=null", "cluster.num_cpus=2"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-
-
-def _head_processes(ray_tmp: Path) -> list[int]:
-    """The pids whose command line names `ray_tmp` (the head's processes: they all take its session dir)."""
-    out = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(ray_tmp) in cmdline:
-            out.append(int(proc.name))
-    return out
-
-
-def _kill(pids: list[int]) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def test_the_embedded_default_runs_beside_a_running_cluster_and_after_a_dead_one(tmp_path):
@@ -87,9 +63,9 @@ def test_the_embedded_default_runs_beside_a_running_cluster_and_after_a_dead_one
             assert (pd.read_parquet(tmp_path / "beside" / "responses")["status"] == "ok").sum() == 8
 
             # killed without `ray stop`: Ray's file still names the dead cluster
-            _kill(_head_processes(ray_tmp))
+            kill_pids(pids_under(str(ray_tmp)))
             deadline = time.time() + 30
-            while _head_processes(ray_tmp) and time.time() < deadline:
+            while pids_under(str(ray_tmp)) and time.time() < deadline:
                 time.sleep(0.5)
             assert (ray_tmp / "ray" / "ray_current_cluster").read_text().strip() == named
             after = _generate(tmp_path, env, models, csv, "after")
@@ -98,5 +74,5 @@ def test_the_embedded_default_runs_beside_a_running_cluster_and_after_a_dead_one
             assert (pd.read_parquet(tmp_path / "after" / "responses")["status"] == "ok").sum() == 8
     finally:
         # the head's processes only (`ray stop` would stop every Ray cluster of the machine)
-        _kill(_head_processes(ray_tmp))
+        kill_pids(pids_under(str(ray_tmp)))
         shutil.rmtree(ray_tmp, ignore_errors=True)
