@@ -9,26 +9,26 @@ PY := $(VENV)/bin/python
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 STAMP := $(VENV)/.installed
 LLAMA_CPP_PYTHON := 0.3.36
-# The CPU engine's server, built from the llama.cpp that llama-cpp-python vendors with our patches
-# (scripts/llama-server-patches/; ~9 min on 2 busy cores, once; measured 8.5 min).
+# llama.cpp, built once for both CPU engines (scripts/build_llama_cpp.sh): llama-server, the
+# batching engine, into .venv/bin/, and the shared libraries that llama-cpp-python's in-process
+# engine loads, into its llama_cpp/lib/ (the bindings installed without their own build), from the
+# llama.cpp that llama-cpp-python vendors with our patches (scripts/llama-server-patches/).
 LLAMA_SERVER := $(VENV)/bin/llama-server
 
 .PHONY: demo test setup clean-venv bench bench-gpu
 
-$(STAMP): pyproject.toml
+$(PY):
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	@# llama-cpp-python builds from source (~7-15 min on 2 cores, once; pip caches the wheel).
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q llama-cpp-python==$(LLAMA_CPP_PYTHON)
+
+$(LLAMA_SERVER): scripts/build_llama_cpp.sh scripts/llama-cpp-unity.cmake $(wildcard scripts/llama-server-patches/*.patch) | $(PY)
+	LLAMA_CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" bash scripts/build_llama_cpp.sh $(PY) $(LLAMA_CPP_PYTHON) $@
+
+# The project and its other dependencies (pyproject's llama-cpp-python pin is already met).
+$(STAMP): pyproject.toml $(LLAMA_SERVER)
 	$(PY) -m pip install -q -e ".[test]"
 	@touch $(STAMP)
-
-# llama-cpp-python's own build could build it too (-DLLAMA_BUILD_TOOLS=ON), but with every other
-# tool, installed outside the venv's bin/, and pip's cached wheel (not keyed on CMAKE_ARGS) would
-# come back without it: a separate target, built once, independent of the wheel.
-$(LLAMA_SERVER): scripts/build_llama_server.sh $(wildcard scripts/llama-server-patches/*.patch) | $(STAMP)
-	LLAMA_CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" bash scripts/build_llama_server.sh $(PY) $(LLAMA_CPP_PYTHON) $@
 
 setup: $(STAMP) $(LLAMA_SERVER)
 
