@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.columns import AVERAGE_LABEL, HUMAN_LABEL, JUDGE_TYPE, JUDGE_TYPE_HUMAN, N, SUBJECT_ID
+from analysis.sqpsych import published
 from analysis.sqpsych.data import CONTEXT_ID, MODEL, SPLIT
 from analysis.sqpsych.panel import RATER, has_human, llm_judges, rater_scores
 from analysis.writer import ReportWriter
@@ -84,13 +85,9 @@ def table9(wide: pd.DataFrame, rubric: Rubric, profiles: pd.DataFrame | None = N
 
 
 def published_table9() -> tuple[pd.DataFrame | None, str]:
-    """PUBLISHED_TABLE9_HOOK: the paper's Table 9 (judge, dataset -> therapist_mean, ...) from
-    `analysis/sqpsych/published.py`, the module that ships the paper's figures; (None, why) while
-    that module or its file is missing, so the run's table stands alone."""
-    try:
-        from analysis.sqpsych import published
-    except ImportError as exc:
-        return None, f"analysis/sqpsych/published.py, which reads the paper's figures, is not installed ({exc})"
+    """The paper's Table 9 (judge, dataset -> therapist_mean, ...) from `analysis.sqpsych.published`
+    (the figures the project ships); (None, why) when its file cannot be read, so the run's table
+    stands alone."""
     try:
         return published.table9(), ""
     except (OSError, KeyError, ValueError) as exc:
