@@ -11,6 +11,7 @@ role), unless the report is told otherwise (`--scales client=NAME,...`).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -111,8 +112,6 @@ RUN_INPUTS_FILE = "run_inputs.json"
 def loop_select(run_dir) -> str | None:
     """The loop's `optimize.select` as the run recorded it (`failed` or `all`), None when unknown.
     It decides whether a chain can fall back: with `failed` a pass is carried forward, never re-run."""
-    import json  # local: only the report asks
-
     try:
         record = json.loads((Path(run_dir) / RUN_INPUTS_FILE).read_text(encoding="utf-8"))
         value = record["optimize"]["decides"]["optimize.select"]
