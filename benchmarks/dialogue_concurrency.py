@@ -45,7 +45,11 @@ def sqpsych_overrides(n: int, turns: int) -> list[str]:
     # restricted (clinical) data never reaches (only models served by the cluster do).
     return ["experiment=sqpsych", "steps=[cohort,synthesize]", f"dataset.limit={n}", "dataset.sensitivity=public",
             f"models=[{MODEL}]", f"client_model={MODEL}", f"judges=[{MODEL}]", f"min_turns={turns}",
-            f"max_turns={turns}"]
+            f"max_turns={turns}",
+            # The echo endpoint writes no "Therapist:" label: under the authors' rules every turn
+            # would be asked again and the dialogue abandoned. They check a model's answers, not
+            # the pipeline's rate, which is what this measures (one call per turn).
+            "authors_rules.role_label=false", "authors_rules.abandon_therapist=false"]
 
 
 def arena_overrides(n: int, turns: int, tmp: Path) -> list[str]:
