@@ -162,7 +162,7 @@ def run_model_stage(
             total.add(lost.result)
             losses += 1
             nodes = settle(nodes, run.cluster.stage_num_cpus)  # until Ray counts the lost node out
-            rows = _after_node_loss(lost, rows, store, replan, desc, losses, run.cluster.stage_num_cpus)
+            rows = _after_node_loss(lost, rows, store, replan, desc, losses, nodes)
             if len(rows) == 0:
                 return total
             # as many workers as the nodes left can hold (a worker asks `stage_num_cpus`)
@@ -171,15 +171,15 @@ def run_model_stage(
 
 def _after_node_loss(lost: NodeLost, rows: pd.DataFrame | Staged, store: TableStore,
                      replan: Callable[[], pd.DataFrame] | None, desc: str, losses: int,
-                     need_cpus: float) -> pd.DataFrame:
-    """The rows left after a lost node, or `ClusterLost` when the stage cannot go on."""
-    left = stage_nodes_left(need_cpus)
-    if losses > MAX_NODE_LOSSES or left == 0:
-        why = (f"{losses} workers lost in one stage" if left else "no node left that can run the stage's workers")
-        raise ClusterLost(f"{desc}: {why} ({lost.cause.__class__.__name__}); {lost.result.saved} row(s) of this "
-                          f"attempt are written. Re-run the same command (on a healthy cluster) to resume: rows "
-                          f"already written are not sent again") from lost.cause
+                     left: int) -> pd.DataFrame:
+    """The rows left after a lost node (`left`: the nodes that can still run the stage's
+    workers), or `ClusterLost` when the stage cannot go on. Staged rows are removed either way."""
     try:
+        if losses > MAX_NODE_LOSSES or left == 0:
+            why = (f"{losses} workers lost in one stage" if left else "no node left that can run the stage's workers")
+            raise ClusterLost(f"{desc}: {why} ({lost.cause.__class__.__name__}); {lost.result.saved} row(s) of this "
+                              f"attempt are written. Re-run the same command (on a healthy cluster) to resume: rows "
+                              f"already written are not sent again") from lost.cause
         todo = remaining_rows(rows, store, replan)
     finally:
         if isinstance(rows, Staged):
