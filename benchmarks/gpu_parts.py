@@ -1,4 +1,5 @@
-"""The four parts of benchmarks/gpu_serve.py: what runs on the GPU, and the inputs they share.
+"""Parts (a)-(d) of benchmarks/gpu_serve.py: what runs on the GPU, and the inputs they share
+(part (e), Ray's batch path, is benchmarks/gpu_batch.py).
 
 The inputs (`model_config`, `mentalbench_messages`, `sqpsych_profiles`, `dialogue_specs`) need no
 GPU and are unit-tested on the CPU; the parts import vLLM, Ray and Serve where they run.
@@ -11,12 +12,11 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
-from benchmarks.gpu_model import write_model_dir
-from benchmarks.gpu_serve import REPO, Plan, percentile
+from benchmarks.gpu_plan import REPO, Plan, percentile
 from cluster.config import ClusterConfig
 from jobs.config import PromptConfig
 from jobs.core.configfiles import load_group
@@ -97,23 +97,21 @@ def gpu_name() -> str:
 # --------------------------------------------------------------------------- (a) vLLM alone
 
 
-def part_a(plan: Plan) -> dict[str, Any]:
+def part_a(plan: Plan, model_dir: Path) -> dict[str, Any]:
     """`vllm.LLM.generate` on the chat-templated prompts; output tokens/s (engine start excluded)."""
     from vllm import LLM, SamplingParams
 
-    with tempfile.TemporaryDirectory() as tmp:
-        source = write_model_dir(Path(tmp) / "model")
-        started = time.perf_counter()
-        llm = LLM(model=str(source), **engine_kwargs(plan))
-        load_s = time.perf_counter() - started
-        tok = llm.get_tokenizer()
-        prompts = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
-                   for m in mentalbench_messages(plan.prompts)]
-        llm.generate(prompts[:4], SamplingParams(max_tokens=8, ignore_eos=True), use_tqdm=False)  # warm-up
-        params = SamplingParams(temperature=0.7, top_p=1.0, max_tokens=plan.output_tokens, ignore_eos=True)
-        started = time.perf_counter()
-        outputs = llm.generate(prompts, params, use_tqdm=False)
-        elapsed = time.perf_counter() - started
+    started = time.perf_counter()
+    llm = LLM(model=str(model_dir), **engine_kwargs(plan))
+    load_s = time.perf_counter() - started
+    tok = llm.get_tokenizer()
+    prompts = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
+               for m in mentalbench_messages(plan.prompts)]
+    llm.generate(prompts[:4], SamplingParams(max_tokens=8, ignore_eos=True), use_tqdm=False)  # warm-up
+    params = SamplingParams(temperature=0.7, top_p=1.0, max_tokens=plan.output_tokens, ignore_eos=True)
+    started = time.perf_counter()
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    elapsed = time.perf_counter() - started
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
     prompt_tokens = sum(len(o.prompt_token_ids) for o in outputs)
     return {"requests": len(outputs), "output_tokens": tokens, "prompt_tokens": prompt_tokens,
@@ -245,45 +243,53 @@ def _deploy(model: ModelConfig, plan: Plan):
     if running:
         serve.delete(VLLM_APP)  # one engine at a time on one GPU
     started = time.perf_counter()
-    endpoint = ensure([model], ServingConfig(port=plan.port, startup_timeout_s=1800))[model.name]
+    # verbose: the replica logs at INFO, so the run's Ray logs hold vLLM's own start-up timings
+    # (engine init, torch.compile, CUDA graphs) beside Serve's; the console gets no more.
+    endpoint = ensure([model], ServingConfig(port=plan.port, startup_timeout_s=1800), verbose=True)[model.name]
     return endpoint, time.perf_counter() - started
 
 
-def run_served_parts(plan: Plan, results: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_served_parts(plan: Plan, results: dict[str, Any], model_dir: Path,
+                     on_part: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """(b), (c), (d) on one embedded Ray cluster: the prefix-caching engine, then the one without.
 
-    Each part's figures go into `results` as soon as the part ends, so a caller that writes it
-    in a `finally` keeps what was measured when a later part fails (a GPU lease is short)."""
+    Each part's figures go into `results` as soon as the part ends, and `on_part()` is called
+    (the command writes its JSON then), so what was measured survives a later part's failure or
+    the lease's end."""
     import ray
     from ray import serve
 
     from cluster.connect import connect
 
     wanted = [p for p in ("b", "c", "d") if p in plan.parts]
-    results = {} if results is None else results
     if not wanted:
         return results
     connect(ClusterConfig())
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            source = write_model_dir(Path(tmp) / "model")
-            endpoint, start_s = _deploy(model_config(source, plan), plan)
+            endpoint, start_s = _deploy(model_config(model_dir, plan), plan)
             results["serve_start_s"] = start_s
+            on_part()
             if "b" in wanted:
                 results["b"] = part_b(plan, endpoint)
+                on_part()
             if "c" in wanted:
                 results["c"] = part_c(plan, endpoint)
+                on_part()
             if "d" in wanted:
                 # The on/off comparison uses clients the first leg has not seen, so the "on" engine's
                 # cache holds only what any SQPsych run shares (the prompts), not these profiles.
                 profiles = sqpsych_profiles(plan.dialogues + plan.compare_dialogues)
                 first, other = profiles.iloc[:plan.dialogues], profiles.iloc[plan.dialogues:]
-                legs = [_dialogues(plan, endpoint, first, tmp, "on-all")]
+                results["d"] = {"legs": [_dialogues(plan, endpoint, first, tmp, "on-all")]}
+                on_part()
                 if plan.compare_dialogues:
-                    legs.append(_dialogues(plan, endpoint, other, tmp, "on"))
-                    off, _ = _deploy(model_config(source, plan, prefix_caching=False), plan)
-                    legs.append(_dialogues(plan, off, other, tmp, "off"))
-                results["d"] = {"legs": legs}
+                    results["d"]["legs"].append(_dialogues(plan, endpoint, other, tmp, "on"))
+                    on_part()
+                    off, off_start_s = _deploy(model_config(model_dir, plan, prefix_caching=False), plan)
+                    results["serve_start_off_s"] = off_start_s
+                    results["d"]["legs"].append(_dialogues(plan, off, other, tmp, "off"))
+                    on_part()
     finally:
         serve.shutdown()
         ray.shutdown()

@@ -1,7 +1,7 @@
 """The GPU path measured on one GPU: vLLM alone vs the project's Serve + Ray Data path.
 
     make bench-gpu                                 # or:
-    python -m benchmarks.gpu_serve                 # all four parts, ~10 min on one H100 (estimate)
+    python -m benchmarks.gpu_serve                 # all five parts, ~12 min on one H100 (estimate)
     python -m benchmarks.gpu_serve --parts a,b     # only some parts
     python -m benchmarks.gpu_serve --quick         # a small smoke run of every part (~3 min)
     python -m benchmarks.gpu_serve --plan          # print the plan and its time estimate, no GPU
@@ -25,10 +25,15 @@ d. 256 SQPsych dialogues (the synthetic cohort's profiles, the paper's therapist
    tokens/s and seconds per dialogue; then prefix caching on and off on 32 more clients, the
    same 32 both times, side by side (each turn re-reads its whole prompt when caching is off: off at
    256 would take about 8 minutes of an H100 on its own). 96 tokens a turn.
+e. Ray's own batch path on (a)'s prompts: `ray.data.llm`'s vLLM processor (the engine inside a
+   Ray Data actor, no HTTP), rows written as Parquet; tokens/s over the stage and sustained, and
+   the ratio to (a) (benchmarks/gpu_batch.py).
 
-(a) runs in a child process so its GPU memory is free before Serve starts the engine for (b)-(d).
-Results: printed, and written to docs/benchmarks/gpu_serve-<GPU>-<time>.json. Without an NVIDIA
-GPU and vLLM it stops at once with the reason (exit 2).
+(a) and (e) each run in a child process, so the GPU is free when it ends, before Serve starts the
+engine for (b)-(d). Every engine loads the same model folder (`--model-dir`, made once), so
+vLLM's compile cache written by the first start serves the later ones. Results: printed, and
+written to docs/benchmarks/gpu_serve-<GPU>-<time>.json after every part (a lease may end
+before the last). Without an NVIDIA GPU and vLLM it stops at once with the reason (exit 2).
 """
 
 from __future__ import annotations
@@ -39,69 +44,16 @@ import json
 import math
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-REPO = Path(__file__).resolve().parents[1]
-OUT_DIR = REPO / "docs" / "benchmarks"
-PARTS = ("a", "b", "c", "d")
-
-# What the time estimate assumes of one H100 SXM with an 8B bf16 model (public figures and their
-# derivation: docs/benchmarks.md, "GPU path"); a plan, not a measurement.
-# Engine start: dummy weights load at once; torch.compile and CUDA-graph capture take ~1-1.5 min
-# the first time, and less once vLLM's compile cache holds this model's graphs (Serve's starts).
-EXPECTED_H100 = {"batched_tok_s": 9000.0, "single_stream_tok_s": 150.0, "prefill_tok_s": 30000.0,
-                 "engine_start_s": 90.0, "serve_start_s": 75.0}
-CHARS_PER_TOKEN = 2.6  # the benchmark tokenizer on English (benchmarks/gpu_model.py)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What one run does. Every count is a CLI option; `--quick` shrinks them all."""
-
-    parts: tuple[str, ...] = PARTS
-    prompts: int = 1000
-    output_tokens: int = 512
-    concurrency: tuple[int, ...] = (1, 64, 256)
-    latency_tokens: int = 128
-    dialogues: int = 256
-    compare_dialogues: int = 32
-    turns: int = 20
-    turn_tokens: int = 96
-    max_num_seqs: int = 256
-    max_model_len: int = 16384
-    gpu_memory_utilization: float = 0.90
-    port: int = 8000
-    budget_s: float = 600.0
-
-    def requests_at(self, concurrency: int) -> int:
-        """(c) sends enough requests to keep `concurrency` streams busy twice over (at least 8)."""
-        return max(8, 2 * concurrency)
-
-    def output_tokens_by_part(self) -> dict[str, int]:
-        return {"a": self.prompts * self.output_tokens, "b": self.prompts * self.output_tokens,
-                "c": sum(self.requests_at(c) for c in self.concurrency) * self.latency_tokens,
-                "d": (self.dialogues + 2 * self.compare_dialogues) * self.turns * self.turn_tokens}
-
-    def estimated_s(self, rates: dict[str, float] | None = None, prompt_chars: int = 1000,
-                    dialogue_prompt_chars: int = 12000) -> dict[str, float]:
-        """Seconds per part at `rates` (default EXPECTED_H100), start-up included: (a) pays an
-        engine start, (b) the Serve deployment; (d) pays the prefill of every turn's whole prompt
-        when prefix caching is off (`dialogue_prompt_chars`: a turn's average prompt)."""
-        r = rates or EXPECTED_H100
-        tokens = self.output_tokens_by_part()
-        prefill = self.prompts * prompt_chars / CHARS_PER_TOKEN / r["prefill_tok_s"]
-        single = self.requests_at(1) * self.latency_tokens / r["single_stream_tok_s"] if 1 in self.concurrency else 0.0
-        batched_c = sum(self.requests_at(c) for c in self.concurrency if c > 1) * self.latency_tokens
-        off_prefill = (self.compare_dialogues * self.turns * dialogue_prompt_chars / CHARS_PER_TOKEN
-                       / r["prefill_tok_s"])
-        est = {"a": r["engine_start_s"] + prefill + tokens["a"] / r["batched_tok_s"],
-               "b": r["serve_start_s"] + prefill + tokens["b"] / r["batched_tok_s"],
-               "c": single + batched_c / r["batched_tok_s"],
-               "d": tokens["d"] / r["batched_tok_s"] + off_prefill + r["serve_start_s"]}
-        return {p: round(est[p], 1) for p in self.parts}
+from benchmarks.gpu_plan import (  # noqa: F401 - Plan and percentile are this command's API too
+    CHARS_PER_TOKEN, EXPECTED_H100, OUT_DIR, PARTS, REPO, RUN_ORDER, Plan, percentile,
+)
 
 
 def parse_parts(text: str) -> tuple[str, ...]:
@@ -143,7 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="a small run of every part (smoke test)")
     p.add_argument("--plan", action="store_true", help="print the plan and the estimate, then exit")
     p.add_argument("--out", type=Path, default=None, help="JSON file (default: docs/benchmarks/gpu_serve-...)")
-    p.add_argument("--part-a-child", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--model-dir", type=Path, default=None,
+                   help="where the benchmark model is written (default: a new temporary folder)")
+    p.add_argument("--child", choices=("a", "e"), default=None, help=argparse.SUPPRESS)
+    p.add_argument("--child-out", type=Path, default=None, help=argparse.SUPPRESS)
     return p
 
 
@@ -203,8 +158,9 @@ def plan_lines(plan: Plan) -> list[str]:
             "c": f"TTFT / inter-token latency at {', '.join(map(str, plan.concurrency))} concurrent "
                  f"({plan.latency_tokens} tokens each)",
             "d": f"{plan.dialogues} SQPsych dialogues x {plan.turns} turns (prefix caching on); "
-                 f"on vs off on {plan.compare_dialogues}"}
-    lines = [f"  ({p}) {what[p]}: {tokens[p]:,} output tokens, ~{est[p]:.0f} s" for p in plan.parts]
+                 f"on vs off on {plan.compare_dialogues}",
+            "e": f"ray.data.llm vLLM processor: the same {plan.prompts} x {plan.output_tokens}"}
+    lines = [f"  ({p}) {what[p]}: {tokens[p]:,} output tokens, ~{est[p]:.0f} s" for p in RUN_ORDER if p in plan.parts]
     total = sum(est.values())
     lines.append(f"  estimate {total / 60:.1f} min on one H100 (EXPECTED_H100; an A100 takes about twice)")
     if total > plan.budget_s:
@@ -223,10 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = make_plan(args)
     # benchmarks.gpu_parts (Ray, jobs, vLLM where it runs) is imported only past the GPU check,
     # so planning and argument handling stay light and testable on any machine.
-    if args.part_a_child:  # the child process of part (a)
-        from benchmarks.gpu_parts import part_a
-
-        args.part_a_child.write_text(json.dumps(part_a(plan)))
+    if args.child:  # the child process of part (a) or (e)
+        args.child_out.write_text(json.dumps(run_child(args.child, plan, args.model_dir)))
         return 0
     print("GPU benchmark plan:\n" + "\n".join(plan_lines(plan)))
     if args.plan:
@@ -235,38 +189,65 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    from benchmarks.gpu_model import write_model_dir
     from benchmarks.gpu_parts import gpu_name, run_served_parts
 
     when = datetime.now(timezone.utc)
     gpu = gpu_name()
-    results: dict = {"when": when.isoformat(timespec="seconds"), "gpu": gpu, "plan": asdict(plan),
-                     "estimate_s": plan.estimated_s(), "measured": True}
-    if "a" in plan.parts:
-        child = Path(args.out or out_path(gpu, when)).with_suffix(".part-a.json")
-        child.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "benchmarks.gpu_serve", *(argv if argv is not None else sys.argv[1:]),
-                        "--part-a-child", str(child)], check=True, cwd=REPO)
-        results["a"] = json.loads(child.read_text())
-        child.unlink()
     out = args.out or out_path(gpu, when)
     out.parent.mkdir(parents=True, exist_ok=True)
+    model_dir = write_model_dir(args.model_dir or Path(tempfile.mkdtemp(prefix="gpu-bench-")) / "model")
+    results: dict = {"when": when.isoformat(timespec="seconds"), "gpu": gpu, "plan": asdict(plan),
+                     "estimate_s": plan.estimated_s(), "measured": True, "complete": False}
+
+    def save() -> None:
+        add_ratios(results)
+        out.write_text(json.dumps(results, indent=1) + "\n")
+
     try:
-        run_served_parts(plan, results)
+        for part in (p for p in RUN_ORDER if p in plan.parts and p in ("a", "e")):
+            child = out.with_suffix(f".part-{part}.json")
+            started = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_serve",
+                                   *(argv if argv is not None else sys.argv[1:]),
+                                   "--model-dir", str(model_dir), "--child", part, "--child-out", str(child)], cwd=REPO)
+            if proc.returncode == 0:
+                results[part] = {**json.loads(child.read_text()), "process_s": time.perf_counter() - started}
+                child.unlink()
+            else:  # the others still run: each part is worth its lease time on its own
+                results.setdefault("failed_parts", {})[part] = f"exit {proc.returncode} (its traceback is above)"
+                print(f"error: part ({part}) failed with exit {proc.returncode}; going on with the rest", file=sys.stderr)
+            save()
+        run_served_parts(plan, results, model_dir, on_part=save)
         results["complete"] = True
     except BaseException as e:
         # What was measured before the failure is still written: a GPU lease may not come twice.
-        results["complete"] = False
         results["error"] = f"{type(e).__name__}: {e}"[:2000]
         raise
     finally:
-        if "a" in results and "b" in results:
-            results["b"]["ratio_to_a"] = results["b"]["tok_s"] / results["a"]["tok_s"]
-            results["b"]["ratio_to_a_sustained"] = results["b"]["tok_s_sustained"] / results["a"]["tok_s"]
-        out.write_text(json.dumps(results, indent=1) + "\n")
+        save()
         for line in summary_lines(results):
             print(line)
         print(f"written: {out}")
     return 0
+
+
+def run_child(part: str, plan: Plan, model_dir: Path) -> dict:
+    if part == "a":
+        from benchmarks.gpu_parts import part_a
+
+        return part_a(plan, model_dir)
+    from benchmarks.gpu_batch import part_e
+
+    return part_e(plan, model_dir)
+
+
+def add_ratios(r: dict) -> None:
+    """(b) and (e) against (a): over the whole stage, and sustained (first request to last answer)."""
+    for part in ("b", "e"):
+        if "a" in r and part in r:
+            r[part]["ratio_to_a"] = r[part]["tok_s"] / r["a"]["tok_s"]
+            r[part]["ratio_to_a_sustained"] = r[part]["tok_s_sustained"] / r["a"]["tok_s"]
 
 
 def summary_lines(r: dict) -> list[str]:
@@ -274,10 +255,11 @@ def summary_lines(r: dict) -> list[str]:
     rows = ["| part | measured |", "|---|---|"]
     if "a" in r:
         rows.append(f"| (a) vLLM alone | {r['a']['tok_s']:,.0f} output tok/s |")
-    if "b" in r:
-        ratio = r["b"].get("ratio_to_a")
-        rows.append(f"| (b) Serve + generate stage | {r['b']['tok_s']:,.0f} tok/s ({r['b']['tok_s_sustained']:,.0f} "
-                    f"sustained)" + (f", ratio to (a) {ratio:.2f}" if ratio else "") + " |")
+    for part, what in (("b", "Serve + generate stage"), ("e", "ray.data.llm vLLM processor")):
+        if part in r:
+            ratio = r[part].get("ratio_to_a")
+            rows.append(f"| ({part}) {what} | {r[part]['tok_s']:,.0f} tok/s ({r[part]['tok_s_sustained']:,.0f} "
+                        f"sustained)" + (f", ratio to (a) {ratio:.2f}" if ratio else "") + " |")
     for level in r.get("c", {}).get("levels", []):
         rows.append(f"| (c) {level['concurrency']} concurrent | TTFT p50 {level['ttft_p50_s'] * 1000:,.0f} ms, "
                     f"ITL p50 {level['itl_p50_s'] * 1000:,.1f} ms |")
@@ -285,16 +267,6 @@ def summary_lines(r: dict) -> list[str]:
         rows.append(f"| (d) {leg['dialogues']} dialogues, prefix caching {leg['prefix_caching']} | "
                     f"{leg['tok_s']:,.0f} tok/s, {leg['s_per_dialogue']:.1f} s/dialogue |")
     return rows
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-th percentile (0-100), linear between the closest ranks; NaN for no values."""
-    if not values:
-        return math.nan
-    xs = sorted(values)
-    k = (len(xs) - 1) * q / 100
-    lo, hi = math.floor(k), math.ceil(k)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ torch finds on the node (the node needs the same CUDA major version; NCCL travel
 2.13 calls NCCL 2.29 functions that older NCCLs lack); and optional parts a text model on one
 GPU never loads (KV-transfer, video and audio codecs, other GPU makers' backends, SM100 kernels).
 First used 2026-11-26 on an H200 whose image had PyTorch 2.11 and no Ray or vLLM (docs/benchmarks.md,
-"GPU path"); about 1.1 GB in 20 pieces of 56 MiB.
+"GPU path"); about 1.1 GB in 20 pieces of 56 MiB then, 0.96 GB in 16 of 60 MiB since the
+prune of 2026-11-27.
 """
 
 from __future__ import annotations
@@ -43,10 +44,19 @@ SKIP = re.compile(r"^(nixl.*|nvidia-cutlass-dsl-libs-(cu12|cu13|base)|tokenspeed
                   r"nvidia-cuda-(nvcc|nvdisasm|cccl|crt)|pynvvideocodec|av|z3-solver|torchcodec|py-spy|hf-transfer|"
                   r"virtualenv|soundfile|soxr|nvidia-(cublas|cudnn-cu13|cufft|cufile|curand|cusolver|cusparse|"
                   r"cusparselt-cu13|nvjitlink|nvshmem-cu13|nvtx|cuda-runtime|cuda-nvrtc|cuda-cupti|nccl-cu13))$")
-# Removed after install: headers and kernels for chips other than Hopper-and-older NVIDIA parts.
-# Triton finds its backends through entry points, so the AMD one is taken out of those as well.
+# Removed after install: headers, kernels for chips other than Hopper-and-older NVIDIA parts, and
+# parts a Hopper node never runs: FlashAttention 2 (vLLM prefers FA3 on SM90 and imports FA2 only
+# inside a try), the Rust front end (used only when VLLM_RUST_FRONTEND asks), Triton's Blackwell
+# ptxas and its CUPTI (the Proton profiler's), Ray's Java jars (Java workers only) and pycountry's
+# translations. Triton finds its backends through entry points, so
+# the AMD one is taken out of those as well.
 PRUNE = ("torch/include", "torch/share", "vllm/third_party/fmha_sm100", "vllm/third_party/deep_gemm",
-         "triton/backends/amd")
+         "triton/backends/amd", "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", "vllm/vllm-rs",
+         "triton/backends/nvidia/bin/ptxas-blackwell", "triton/backends/nvidia/lib/cupti", "ray/jars",
+         "pycountry/locales")
+# zstd's long-distance window: 1 GiB, so repeats far apart in the 2.8 GB tar are found; the node's
+# decompressor must allow the same (gpu_stack_run.sh). Level 15: 1.5% smaller than 9, 4.4 min on 2 cores.
+ZSTD_LONG = 30
 NCCL = "nvidia-nccl-cu13"
 
 
@@ -69,10 +79,15 @@ def prune(site: Path) -> None:
     through entry points, and one naming a removed folder makes `import triton` fail (torch then
     reports Triton missing), so those lines go too."""
     for rel in PRUNE:
-        shutil.rmtree(site / rel, ignore_errors=True)
+        path = site / rel
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    backends = [Path(r).name for r in PRUNE if Path(r).parent == Path("triton/backends")]
     for ep in site.glob("triton-*.dist-info/entry_points.txt"):
         ep.write_text("".join(ln for ln in ep.read_text().splitlines(True)
-                              if not any(f"triton.backends.{Path(r).name}" in ln for r in PRUNE if r.startswith("triton/"))))
+                              if not any(f"triton.backends.{b}" in ln for b in backends)))
     for cache in site.rglob("__pycache__"):
         shutil.rmtree(cache, ignore_errors=True)
 
@@ -106,7 +121,7 @@ def build(out: Path, python: str, node_packages: set[str], chunk: int, work: Pat
     subprocess.run(["unzip", "-q", "-o", str(nccl), "nvidia/nccl/lib/*", "-d", str(site)], check=True)
     prune(site)
     packed = work / "site.tar.zst"
-    subprocess.run(f"tar -C {site} -cf - . | zstd -q -9 -T0 --long=27 -f -o {packed}", shell=True, check=True)
+    subprocess.run(f"tar -C {site} -cf - . | zstd -q -15 -T0 --long={ZSTD_LONG} -f -o {packed}", shell=True, check=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bin").mkdir(exist_ok=True)
     pip("download", "-q", "--no-deps", *platform_args(python), "-d", str(out / "bin"), "zstandard")
@@ -126,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="folder for bin/ and the pieces pNN/")
     p.add_argument("--python", default="3.12", help="the node's Python, major.minor (default 3.12)")
     p.add_argument("--node-packages", type=Path, help="distribution names the node already has, one a line")
-    p.add_argument("--chunk-mib", type=int, default=56, help="size of each piece (default 56 MiB)")
+    p.add_argument("--chunk-mib", type=int, default=60, help="size of each piece (default 60 MiB: with the project's ~4 MB it fits a 64 MiB trip)")
     args = p.parse_args(argv)
     names: set[str] = set()
     if args.node_packages:

@@ -15,11 +15,11 @@ have=$(cat "$stage"/site.* | sha256sum | cut -c1-64)
 [ "$have" = "$(cut -c1-64 "$dir/bin/site.sha256")" ] || { echo "error: the pieces in $stage do not add up to the packed stack (a piece is missing or damaged)"; exit 3; }
 mkdir -p "$site"
 if command -v zstd >/dev/null; then
-  cat "$stage"/site.* | zstd -d -q --long=27 | tar -x -C "$site"
+  cat "$stage"/site.* | zstd -d -q --long=30 | tar -x -C "$site"
 else  # the node's Python with the zstandard wheel that came in bin/
   zs=$(mktemp -d)
   python3 -c "import glob, sys, zipfile; zipfile.ZipFile(glob.glob(sys.argv[1] + '/zstandard-*.whl')[0]).extractall(sys.argv[2])" "$dir/bin" "$zs"
-  cat "$stage"/site.* | PYTHONPATH=$zs python3 -c "import sys, zstandard; zstandard.ZstdDecompressor(max_window_size=2**28).copy_stream(sys.stdin.buffer, sys.stdout.buffer)" | tar -x -C "$site"
+  cat "$stage"/site.* | PYTHONPATH=$zs python3 -c "import sys, zstandard; zstandard.ZstdDecompressor(max_window_size=2**30).copy_stream(sys.stdin.buffer, sys.stdout.buffer)" | tar -x -C "$site"
 fi
 # The node's cuDNN may be a minor version older than the one torch was built with; a text model
 # never calls cuDNN, and torch would otherwise refuse at its first check. Nothing may reach a hub.

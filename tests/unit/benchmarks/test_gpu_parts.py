@@ -11,7 +11,7 @@ from benchmarks.gpu_parts import (
     serving_window_s,
     sqpsych_profiles,
 )
-from benchmarks.gpu_serve import Plan
+from benchmarks.gpu_plan import Plan
 from serving.vllm_app import build_llm_config, engine_arg_names, llm_config_kwargs, unknown_engine_args
 from tests.conftest import ROOT
 
@@ -71,3 +71,15 @@ def test_the_serving_window_runs_from_the_first_request_sent_to_the_last_answer(
                          "latency_s": [4.0, 1.0, 6.5]})
     assert serving_window_s(rows) == pytest.approx(6.5)
     assert serving_window_s(rows.iloc[:0]) != serving_window_s(rows.iloc[:0])  # NaN: no rows, no window
+
+
+def test_part_e_asks_what_part_a_asks():
+    """(e) sends (a)'s chat messages, one row each, keyed as (b)'s rows, with (a)'s sampling."""
+    from benchmarks.gpu_batch import rows_of, sampling
+
+    plan = Plan(prompts=7, output_tokens=33)
+    rows = rows_of(plan)
+    assert [r["context_id"] for r in rows] == [str(i) for i in range(7)]
+    assert [r["messages"] for r in rows] == mentalbench_messages(7)
+    # part_a's SamplingParams(temperature=0.7, top_p=1.0, max_tokens=..., ignore_eos=True), written out
+    assert sampling(plan) == {"temperature": 0.7, "top_p": 1.0, "max_tokens": 33, "ignore_eos": True}

@@ -29,32 +29,33 @@ def plan_of(*argv: str) -> Plan:
 
 def test_default_plan_is_the_issues_workload():
     plan = plan_of()
-    assert plan.parts == ("a", "b", "c", "d")
+    assert plan.parts == ("a", "b", "c", "d", "e")
     assert (plan.prompts, plan.output_tokens, plan.concurrency) == (1000, 512, (1, 64, 256))
     assert (plan.dialogues, plan.turns) == (256, 20)
     tokens = plan.output_tokens_by_part()
-    assert tokens["a"] == tokens["b"] == 1000 * 512
+    assert tokens["a"] == tokens["b"] == tokens["e"] == 1000 * 512
     assert tokens["c"] == (8 + 128 + 512) * 128  # 2x each level, at least 8
     assert tokens["d"] == (256 + 2 * 32) * 20 * 96  # all on; then 32 on and 32 off
 
 
 def test_estimate_by_hand():
-    plan = Plan(parts=("a", "b", "c", "d"), prompts=10, output_tokens=100, concurrency=(1, 4), latency_tokens=10,
+    plan = Plan(parts=("a", "b", "c", "d", "e"), prompts=10, output_tokens=100, concurrency=(1, 4), latency_tokens=10,
                 dialogues=4, compare_dialogues=2, turns=3, turn_tokens=5)
     rates = {"batched_tok_s": 100.0, "single_stream_tok_s": 10.0, "prefill_tok_s": 260.0,
-             "engine_start_s": 7.0, "serve_start_s": 11.0}
+             "engine_start_s": 7.0, "serve_start_s": 11.0, "ray_data_start_s": 3.0}
     est = plan.estimated_s(rates, prompt_chars=26, dialogue_prompt_chars=52)
     prefill = 10 * 26 / 2.6 / 260  # 100 tokens of prompt at 260 tok/s
     assert est["a"] == pytest.approx(7 + prefill + 1000 / 100, abs=0.05)
     assert est["b"] == pytest.approx(11 + prefill + 1000 / 100, abs=0.05)
+    assert est["e"] == pytest.approx(3 + 7 + prefill + 1000 / 100, abs=0.05)
     assert est["c"] == pytest.approx(8 * 10 / 10 + 8 * 10 / 100, abs=0.05)  # 8 at 1, 8 at 4
     off = 2 * 3 * 52 / 2.6 / 260
     assert est["d"] == pytest.approx((4 + 4) * 3 * 5 / 100 + off + 11, abs=0.05)
 
 
-def test_the_default_run_is_estimated_under_ten_minutes_on_an_h100():
+def test_the_default_run_is_estimated_under_fifteen_minutes_on_an_h100():
     lines = gpu_serve.plan_lines(plan_of())
-    assert sum(plan_of().estimated_s().values()) < 600
+    assert sum(plan_of().estimated_s().values()) < 900
     assert not any("warning" in line for line in lines)
     assert any("warning: over the 60 s budget" in line for line in gpu_serve.plan_lines(plan_of("--budget-s", "60")))
 
@@ -62,11 +63,11 @@ def test_the_default_run_is_estimated_under_ten_minutes_on_an_h100():
 def test_parts_and_levels_are_parsed_and_checked(capsys):
     assert plan_of("--parts", "d, b").parts == ("b", "d")  # in run order
     assert plan_of("--concurrency", "2,8").concurrency == (2, 8)
-    for bad in (["--parts", "a,e"], ["--parts", ""], ["--concurrency", "1,0"], ["--concurrency", "x"]):
+    for bad in (["--parts", "a,f"], ["--parts", ""], ["--concurrency", "1,0"], ["--concurrency", "x"]):
         with pytest.raises(SystemExit) as exc:
             build_parser().parse_args(bad)
         assert exc.value.code == 2
-    assert "--parts takes a comma-separated subset of a,b,c,d" in capsys.readouterr().err
+    assert "--parts takes a comma-separated subset of a,b,c,d,e" in capsys.readouterr().err
 
 
 def test_out_of_range_values_are_named():
@@ -165,12 +166,33 @@ def test_percentile_by_hand():
     assert percentile([], 50) != percentile([], 50)  # NaN
 
 
+def test_plan_lists_parts_in_run_order(capsys):
+    """(e) starts its own engine in a child process, so it runs right after (a), before Serve."""
+    assert gpu_serve.main(["--plan"]) == 0
+    out = capsys.readouterr().out
+    order = [out.index(f"  ({p})") for p in "aebcd"]
+    assert order == sorted(order)
+
+
+def test_ratios_by_hand():
+    r = {"a": {"tok_s": 10000.0}, "b": {"tok_s": 8000.0, "tok_s_sustained": 9500.0},
+         "e": {"tok_s": 6000.0, "tok_s_sustained": 9900.0}}
+    gpu_serve.add_ratios(r)
+    assert (r["b"]["ratio_to_a"], r["b"]["ratio_to_a_sustained"]) == (pytest.approx(0.8), pytest.approx(0.95))
+    assert (r["e"]["ratio_to_a"], r["e"]["ratio_to_a_sustained"]) == (pytest.approx(0.6), pytest.approx(0.99))
+    only_b = {"b": {"tok_s": 1.0, "tok_s_sustained": 1.0}}
+    gpu_serve.add_ratios(only_b)
+    assert "ratio_to_a" not in only_b["b"]
+
+
 def test_summary_rows():
     rows = summary_lines({"a": {"tok_s": 10000.0}, "b": {"tok_s": 9000.0, "tok_s_sustained": 9500.0, "ratio_to_a": 0.9},
                           "c": {"levels": [{"concurrency": 64, "ttft_p50_s": 0.0421, "itl_p50_s": 0.0123}]},
                           "d": {"legs": [{"dialogues": 32, "prefix_caching": "off", "tok_s": 2000.0,
-                                          "s_per_dialogue": 3.25}]}})
+                                          "s_per_dialogue": 3.25}]},
+                          "e": {"tok_s": 9900.0, "tok_s_sustained": 9950.0, "ratio_to_a": 0.99}})
     assert rows[2:] == ["| (a) vLLM alone | 10,000 output tok/s |",
                         "| (b) Serve + generate stage | 9,000 tok/s (9,500 sustained), ratio to (a) 0.90 |",
+                        "| (e) ray.data.llm vLLM processor | 9,900 tok/s (9,950 sustained), ratio to (a) 0.99 |",
                         "| (c) 64 concurrent | TTFT p50 42 ms, ITL p50 12.3 ms |",
                         "| (d) 32 dialogues, prefix caching off | 2,000 tok/s, 3.2 s/dialogue |"]

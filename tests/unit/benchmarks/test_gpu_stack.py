@@ -46,3 +46,24 @@ def test_a_pruned_triton_backend_leaves_triton_entry_points_too(tmp_path):
     assert (info / "entry_points.txt").read_text() == "[triton.backends]\nnvidia = triton.backends.nvidia\n"
     assert not (tmp_path / "triton" / "backends" / "amd").exists() and (tmp_path / "triton" / "backends" / "nvidia").exists()
     assert not (tmp_path / "torch" / "include").exists() and (tmp_path / "torch" / "lib").exists()
+
+
+def test_pruned_files_go_and_what_a_hopper_node_runs_stays(tmp_path):
+    # FlashAttention 2's library is a file, not a folder: rmtree alone left it (and its 294 MB).
+    fa = tmp_path / "vllm" / "vllm_flash_attn"
+    fa.mkdir(parents=True)
+    for name in ("_vllm_fa2_C.abi3.so", "_vllm_fa3_C.abi3.so", "flash_attn_interface.py"):
+        (fa / name).write_bytes(b"x")
+    nv = tmp_path / "triton" / "backends" / "nvidia"
+    (nv / "bin").mkdir(parents=True)
+    (nv / "lib" / "cupti").mkdir(parents=True)
+    for name in ("bin/ptxas", "bin/ptxas-blackwell", "lib/libdevice.10.bc", "lib/cupti/libcupti.so"):
+        (nv / name).write_bytes(b"x")
+    info = tmp_path / "triton-3.7.1.dist-info"
+    info.mkdir()
+    entry = "[triton.backends]\nnvidia = triton.backends.nvidia\n"
+    (info / "entry_points.txt").write_text(entry)
+    gpu_stack.prune(tmp_path)
+    assert sorted(p.name for p in fa.iterdir()) == ["_vllm_fa3_C.abi3.so", "flash_attn_interface.py"]
+    assert sorted(str(p.relative_to(nv)) for p in nv.rglob("*") if p.is_file()) == ["bin/ptxas", "lib/libdevice.10.bc"]
+    assert (info / "entry_points.txt").read_text() == entry  # nvidia's own entry point stays
