@@ -15,7 +15,7 @@ torch finds on the node (the node needs the same CUDA major version; NCCL travel
 2.13 calls NCCL 2.29 functions that older NCCLs lack); and optional parts a text model on one
 GPU never loads (KV-transfer, video and audio codecs, other GPU makers' backends, SM100 kernels).
 First used 2026-11-26 on an H200 whose image had PyTorch 2.11 and no Ray or vLLM (docs/benchmarks.md,
-"GPU path"); about 1.1 GB in 20 pieces of 56 MiB then, 0.96 GB in 16 of 60 MiB since the
+"GPU path"); about 1.1 GB in 20 pieces of 56 MiB then, 0.97 GB in 16 of 59 MiB since the
 prune of 2026-11-27.
 """
 
@@ -122,17 +122,26 @@ def build(out: Path, python: str, node_packages: set[str], chunk: int, work: Pat
     prune(site)
     packed = work / "site.tar.zst"
     subprocess.run(f"tar -C {site} -cf - . | zstd -q -15 -T0 --long={ZSTD_LONG} -f -o {packed}", shell=True, check=True)
+    return split(packed, out, chunk, python)
+
+
+def split(packed: Path, out: Path, chunk: int, python: str = "3.12") -> list[Path]:
+    """`packed` cut into `out`/pNN/site.NN of `chunk` bytes (one a trip), with its checksum and
+    the zstandard wheel (for a node without the zstd tool) in `out`/bin."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "bin").mkdir(exist_ok=True)
-    pip("download", "-q", "--no-deps", *platform_args(python), "-d", str(out / "bin"), "zstandard")
-    (out / "bin" / "site.sha256").write_text(hashlib.sha256(packed.read_bytes()).hexdigest() + "\n")
+    if not any((out / "bin").glob("zstandard-*.whl")):
+        pip("download", "-q", "--no-deps", *platform_args(python), "-d", str(out / "bin"), "zstandard")
+    digest = hashlib.sha256()
     pieces = []
     with packed.open("rb") as f:
         for i, data in enumerate(iter(lambda: f.read(chunk), b"")):
+            digest.update(data)
             d = out / f"p{i:02d}"
             d.mkdir(exist_ok=True)
             (d / f"site.{i:02d}").write_bytes(data)
             pieces.append(d)
+    (out / "bin" / "site.sha256").write_text(digest.hexdigest() + "\n")
     return pieces
 
 
@@ -141,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="folder for bin/ and the pieces pNN/")
     p.add_argument("--python", default="3.12", help="the node's Python, major.minor (default 3.12)")
     p.add_argument("--node-packages", type=Path, help="distribution names the node already has, one a line")
-    p.add_argument("--chunk-mib", type=int, default=60, help="size of each piece (default 60 MiB: with the project's ~4 MB it fits a 64 MiB trip)")
+    p.add_argument("--chunk-mib", type=int, default=59, help="size of each piece (default 59 MiB: with the project (~4 MB) it fits a 64 MiB trip)")
     args = p.parse_args(argv)
     names: set[str] = set()
     if args.node_packages:

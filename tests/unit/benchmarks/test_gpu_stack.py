@@ -67,3 +67,20 @@ def test_pruned_files_go_and_what_a_hopper_node_runs_stays(tmp_path):
     assert sorted(p.name for p in fa.iterdir()) == ["_vllm_fa3_C.abi3.so", "flash_attn_interface.py"]
     assert sorted(str(p.relative_to(nv)) for p in nv.rglob("*") if p.is_file()) == ["bin/ptxas", "lib/libdevice.10.bc"]
     assert (info / "entry_points.txt").read_text() == entry  # nvidia's own entry point stays
+
+
+def test_split_pieces_add_up_to_the_packed_file_and_its_checksum(tmp_path):
+    import hashlib
+
+    data = bytes(range(256)) * 41  # 10,496 bytes: four pieces of 3,000 and one of 1,496
+    packed = tmp_path / "site.tar.zst"
+    packed.write_bytes(data)
+    out = tmp_path / "out"
+    (out / "bin").mkdir(parents=True)
+    (out / "bin" / "zstandard-0.25.0-cp312-cp312-manylinux2014_x86_64.whl").write_bytes(b"")  # no download
+    pieces = gpu_stack.split(packed, out, 3000)
+    assert [p.name for p in pieces] == ["p00", "p01", "p02", "p03"]
+    sizes = [(p / f"site.{p.name[1:]}").stat().st_size for p in pieces]
+    assert sizes == [3000, 3000, 3000, 1496]
+    assert b"".join((p / f"site.{p.name[1:]}").read_bytes() for p in pieces) == data
+    assert (out / "bin" / "site.sha256").read_text() == hashlib.sha256(data).hexdigest() + "\n"
