@@ -24,6 +24,12 @@ API_KEYS_SECRET = "llm-api-keys"
 HF_CLAIM, RUNS_CLAIM = "hf-model-cache", "eval-runs"
 HF_MOUNT, RUNS_MOUNT = "/mnt/hf-cache", "/mnt/runs"
 OPERATOR_NAMESPACE = "kuberay-system"
+# vLLM's compiled graphs and FlashInfer's just-in-time kernels, on the model volume that outlives
+# every pod: on an H200 a fresh engine start spent 24 s compiling and ~100 s in FlashInfer's
+# sampler compile (docs/benchmarks.md, "GPU path", second run); both are keyed (model config and
+# vLLM version; GPU architecture and FlashInfer version), so a later start of the same model on
+# the same kind of GPU reuses them and a different one adds its own entry.
+ENGINE_CACHES = {"VLLM_CACHE_ROOT": f"{HF_MOUNT}/vllm-cache", "FLASHINFER_WORKSPACE_BASE": f"{HF_MOUNT}/flashinfer"}
 
 # Kubernetes side of each accelerator type (serving.capacity.ACCELERATORS has its memory and
 # GPUs per node). The node label is NVIDIA GPU Feature Discovery's; on GKE select
@@ -76,7 +82,8 @@ def _container(name: str, cpu: str, memory: str, *, gpus: int = 0, runs: bool,
             ("gcs-server", 6379), ("dashboard", 8265), ("client", 10001), ("serve", 8000),
             ("metrics", 8080))]
     c["env"] = [{"name": "HF_HOME", "value": HF_MOUNT},
-                {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": "HF_TOKEN"}}}]
+                {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": "HF_TOKEN"}}},
+                *({"name": k, "value": v} for k, v in ENGINE_CACHES.items())]
     if api_keys:  # the variables model files name in `api_key_env`; optional Secret
         c["envFrom"] = [{"secretRef": {"name": API_KEYS_SECRET, "optional": True}}]
     c["resources"] = {"requests": dict(limits), "limits": limits}

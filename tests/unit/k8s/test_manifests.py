@@ -106,6 +106,9 @@ def test_cluster_layout(where: str) -> None:
         env = {e["name"]: e for e in ray_container(group).get("env", [])}
         volumes = {v["name"]: v for v in pod["volumes"]}
         assert "persistentVolumeClaim" in volumes[mounts[env["HF_HOME"]["value"]]], f"{where}/{name}: HF cache PVC"
+        # the engines' compile caches live on that persistent volume too, each in its own folder
+        caches = [env[k]["value"] for k in ("VLLM_CACHE_ROOT", "FLASHINFER_WORKSPACE_BASE")]
+        assert all(c.startswith(env["HF_HOME"]["value"] + "/") for c in caches) and len(set(caches)) == 2, caches
 
 
 def test_one_image_everywhere() -> None:
