@@ -35,12 +35,15 @@ class DelayEndpoint:
         self.requests = 0
         self.in_flight = 0
         self.max_in_flight = 0
+        self.first_chat_at: float | None = None  # wall clock of the first chat call (time to first request)
 
     async def chat(self, request: web.Request) -> web.Response:
         raw = await request.read()
         body = json.loads(raw)
         self.requests += 1
         n = self.requests
+        if self.first_chat_at is None:
+            self.first_chat_at = time.time()
         if self.record is not None:
             self.record.write(json.dumps({"key": request.headers.get("X-Request-Key"), "body": body}) + "\n")
         self.in_flight += 1
@@ -72,7 +75,7 @@ class DelayEndpoint:
         if self.record is not None:
             self.record.flush()
         return web.json_response({"requests": self.requests, "in_flight": self.in_flight,
-                                  "max_in_flight": self.max_in_flight})
+                                  "max_in_flight": self.max_in_flight, "first_chat_at": self.first_chat_at})
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024**2)

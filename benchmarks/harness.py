@@ -122,13 +122,14 @@ class _TreeWatch:
 
 
 def run_cli(module: str, overrides: list[str], log: Path, timeout_s: float = 900,
-            progress: Callable[[], int] | None = None) -> dict[str, Any]:
+            progress: Callable[[], int] | None = None, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """`python -m module overrides...` as a user runs it; its wall time, CPU and driver peak RSS,
-    and, given `progress` (calls answered so far), the driver's RSS against it."""
+    and, given `progress` (calls answered so far), the driver's RSS against it. `extra_env`: e.g.
+    a running cluster's address and token (`cluster.local`'s `process_env`)."""
     started = time.time()
     with open(log, "w", encoding="utf-8") as fh:
         proc = subprocess.Popen([sys.executable, "-m", module, *overrides], stdout=fh, stderr=subprocess.STDOUT,
-                                cwd=REPO, env=env())
+                                cwd=REPO, env={**env(), **(extra_env or {})})
         tree = _TreeWatch(proc.pid, progress)
 
         def watch() -> None:
