@@ -173,6 +173,12 @@ class GenerateConfig(RunConfig):
     include_human: bool = Field(
         False, description="Also write the dataset's human answer as responder 'human'."
     )
+    batch_engine: Literal["stage", "ray_data_llm"] = Field(
+        "stage", description="How the generate job sends its rows: `stage`, the model-call stage (Ray Data + "
+        "ChatClient, models hosted by Serve or reached over HTTP); `ray_data_llm`, Ray's own batch path "
+        "(`ray.data.llm`: the vLLM processor for `engine: vllm` models, its HTTP processor for the others), "
+        "jobs/batch_llm.py.",
+    )
 
 
 class JudgeConfig(RunConfig):

@@ -12,7 +12,8 @@ The method, as the code runs it:
 4. mark a context that cannot fit a model's context window as an error row, unsent;
 5. connect to Ray and make sure every named model is hosted (Serve) or reachable (API);
 6. send every remaining pair through the model-call stage on Ray Data, all in flight together
-   up to each model's concurrency limit, writing rows as they finish;
+   up to each model's concurrency limit, writing rows as they finish (`batch_engine=ray_data_llm`:
+   through Ray's own `ray.data.llm` processors instead, `jobs.batch_llm`);
 7. end with the failure reasons and their counts; exit 1 when failures pass `max_failed_fraction`.
 The contexts it used are written to `RUN_DIR/contexts/`, so later jobs and the analysis read
 the run directory alone, never the source dataset again.
@@ -33,6 +34,7 @@ import pandas as pd
 import pyarrow as pa
 from omegaconf import DictConfig
 
+from jobs.batch_llm import RAY_DATA_LLM, run_batch
 from jobs.config import GenerateConfig, run_entrypoint
 from jobs.inputs import iter_contexts
 from jobs.core.preflight import FailureSummary, context_window, summarize, too_long
@@ -59,6 +61,12 @@ def render_user(template: str, context: str) -> str:
     return template.replace("{context}", context)
 
 
+def chat_messages(system: str | None, user_template: str, context: str) -> list[dict[str, str]]:
+    """The chat messages of one context: the prompt's system text (if any), then its user turn."""
+    head = [{"role": "system", "content": system}] if system else []
+    return head + [{"role": "user", "content": render_user(user_template, context)}]
+
+
 class GenerateStage(ChatStage):
     """One response per (context, model) row."""
 
@@ -78,8 +86,7 @@ class GenerateStage(ChatStage):
         }
 
     def messages(self, context: str) -> list[dict[str, str]]:
-        head = [{"role": "system", "content": self.system}] if self.system else []
-        return head + [{"role": "user", "content": render_user(self.user_template, context)}]
+        return chat_messages(self.system, self.user_template, context)
 
     async def process_row(self, row: dict[str, Any]) -> dict[str, Any]:
         model = row["model"]
@@ -305,7 +312,10 @@ def run(cfg: GenerateConfig) -> int:
     store.append(too_long_rows)
     counts = {"ok": 0, "failed": 0}
     try:
-        if todo is not None:
+        if todo is not None and cfg.batch_engine == RAY_DATA_LLM:
+            counts = run_batch(todo, models, cfg, store, chat_messages)
+            failures.update(counts.failures)
+        elif todo is not None:
             counts = run_model_stage(
                 todo, models, GenerateStage,
                 dict(system=cfg.prompt.system_text(), user_template=cfg.prompt.user_text(),

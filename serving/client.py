@@ -152,6 +152,29 @@ def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}{f' {status}' if status else ''}: {text}"
 
 
+def chat_body(model: ModelConfig, messages: list[dict[str, str]], params: GenerationParams,
+              response_format: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON body of one chat completion: what `ChatClient.chat` sends, and what the generate
+    job's `ray.data.llm` HTTP path (`jobs.batch_llm`) sends, so both sample alike."""
+    body: dict[str, Any] = {
+        "model": model.served_model_id,
+        "messages": messages,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        model.max_tokens_param: params.max_tokens,
+    }
+    if params.seed is not None:
+        body["seed"] = params.seed
+    if params.stop:
+        body["stop"] = params.stop
+    if response_format is not None and model.supports_json_schema:
+        body["response_format"] = response_format
+    # Engine-specific fields (vLLM's `guided_*`, llama.cpp's `cache_prompt`) go in the body
+    # itself, as the SDK's `extra_body` would put them.
+    body.update(params.extra)
+    return body
+
+
 class ChatClient:
     """Async chat calls to any number of models, each under its own concurrency limit.
 
@@ -239,22 +262,7 @@ class ChatClient:
             from openai.types.chat import ChatCompletion  # openai is imported lazily, by `_client`
         except Exception as exc:  # e.g. a missing API key: a row with the reason
             return ChatResult(status=STATUS_ERROR, error=_describe(exc))
-        body: dict[str, Any] = {
-            "model": ep.model.served_model_id,
-            "messages": messages,
-            "temperature": params.temperature,
-            "top_p": params.top_p,
-            ep.model.max_tokens_param: params.max_tokens,
-        }
-        if params.seed is not None:
-            body["seed"] = params.seed
-        if params.stop:
-            body["stop"] = params.stop
-        if response_format is not None and ep.model.supports_json_schema:
-            body["response_format"] = response_format
-        # Engine-specific fields (vLLM's `guided_*`, llama.cpp's `cache_prompt`) go in the body
-        # itself, as the SDK's `extra_body` would put them.
-        body.update(params.extra)
+        body = chat_body(ep.model, messages, params, response_format)
         options: dict[str, Any] = {"headers": {"X-Request-Key": request_key}} if request_key else {}
 
         attempts = 0
