@@ -20,6 +20,7 @@ from pydantic import Field
 from jobs.core.base import StrictModel
 
 from serving.client import Endpoint
+from serving.startlog import StartClock, engine_lines, ray_logs_dir
 from serving.vllm_app import build_vllm_app
 from jobs.core.modelconfig import ModelConfig
 from cluster.config import ClusterConfig
@@ -82,14 +83,21 @@ def _chat_ok(url: str, model_id: str) -> bool:
         return resp.status == 200
 
 
-def _wait_ready(models: list[ModelConfig], cfg: ServingConfig, check_apps: bool = True) -> None:
-    """Block until each hosted model answers /v1/models and a 1-token chat call."""
-    deadline = time.monotonic() + cfg.startup_timeout_s
+def _wait_ready(models: list[ModelConfig], cfg: ServingConfig, check_apps: bool = True,
+                clock: StartClock | None = None) -> None:
+    """Block until each hosted model answers /v1/models and a 1-token chat call. With `clock`,
+    log when each model's app became RUNNING and when it first answered (from this call)."""
+    started = time.monotonic()
+    deadline = started + cfg.startup_timeout_s
     for model in models:
         url = base_url(model, cfg) + "/models"
+        running_logged = False
         while True:
             apps = _running_apps() if check_apps else {}
             state = apps.get(app_name(model), "")
+            if clock and "RUNNING" in state and not running_logged:
+                clock.mark(f"{model.name}: app RUNNING (replica and engine up)", time.monotonic() - started)
+                running_logged = True
             if "DEPLOY_FAILED" in state or "UNHEALTHY" in state:
                 from ray import serve
 
@@ -101,6 +109,8 @@ def _wait_ready(models: list[ModelConfig], cfg: ServingConfig, check_apps: bool 
                 # /models can answer before the chat route is routable on the proxy (seen once
                 # with the vLLM app): a 1-token chat call is the readiness that jobs need.
                 if listed and _chat_ok(base_url(model, cfg), model.name):
+                    if clock:
+                        clock.mark(f"{model.name}: first answer", time.monotonic() - started)
                     break
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
@@ -155,11 +165,14 @@ def ensure(models: list[ModelConfig], cfg: ServingConfig, verbose: bool = False)
         # worker imports this module for ServingConfig, and did not need those ~2 s of imports.
         from serving.cpu_app import build_cpu_app
 
-        serve.start(
-            http_options={"host": cfg.host, "port": cfg.port, "location": cfg.proxy_location},
-            logging_config=serve_logging(verbose) or None,
-        )
+        clock = StartClock()
+        with clock.step("Serve controller and HTTP proxy"):
+            serve.start(
+                http_options={"host": cfg.host, "port": cfg.port, "location": cfg.proxy_location},
+                logging_config=serve_logging(verbose) or None,
+            )
         running = _running_apps()
+        deploy_started = time.time()
         cpu = [m for m in hosted if m.engine == "llamacpp"]
         gpu = [m for m in hosted if m.engine == "vllm"]
         for model in cpu:
@@ -171,7 +184,12 @@ def ensure(models: list[ModelConfig], cfg: ServingConfig, verbose: bool = False)
                       blocking=False, logging_config=serve_logging(verbose) or None)
         if gpu:
             _ensure_vllm(gpu, running, verbose)
-        _wait_ready(hosted, cfg)
+        _wait_ready(hosted, cfg, clock=clock)
+        if gpu and VLLM_APP not in running:
+            # vLLM's own split of its start, where its replica ran on this node
+            split = engine_lines(ray_logs_dir(), deploy_started)
+            if split:
+                log.info("serve start: vLLM engine, from its log: %s", split)
     return {m.name: Endpoint(model=m, base_url=base_url(m, cfg)) for m in models}
 
 

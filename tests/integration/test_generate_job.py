@@ -41,6 +41,15 @@ def test_bundled_model_answers_land_in_parquet_and_rerun_resumes(tmp_path):
     assert (df["temperature"] == 0.7).all() and (df["max_tokens"] == 24).all()
     assert (df["prompt_version"] == "plain-v1").all()  # the default prompt: the context alone
     assert (run_dir / ".hydra" / "generate" / "config.yaml").is_file() and (run_dir / "input_report.json").is_file()
+    # the Serve start, step by step, in the run's log (issue 35): Serve itself, then the model's
+    # app up and its first answer, in that order, each with its seconds
+    steps = [ln.split("serve start: ", 1)[1] for ln in (run_dir / "generate.log").read_text().splitlines()
+             if "serve start: " in ln]
+    names = [s.rsplit(" took ", 1)[0] for s in steps]
+    assert names == ["Serve controller and HTTP proxy", "gemma3-270m: app RUNNING (replica and engine up)",
+                     "gemma3-270m: first answer"], steps
+    seconds = [float(s.rsplit(" took ", 1)[1].removesuffix(" s")) for s in steps]
+    assert all(x >= 0 for x in seconds) and seconds[1] <= seconds[2]
 
     again = run_job("jobs.generate", *common, "dataset.limit=3")
     assert "3 already written, 0 to send" in again.stdout
