@@ -1,72 +1,60 @@
-"""Part (e) of benchmarks/gpu_serve.py: Ray's own batch path, `ray.data.llm`'s vLLM processor.
+"""Part (e) of benchmarks/gpu_serve.py: the generate job on Ray's own batch path,
+`python -m jobs.generate batch_engine=ray_data_llm`, as a user runs it.
 
-The same prompts, sampling and engine arguments as (a) and (b), through
-`vLLMEngineProcessorConfig` + `build_processor`: the engine runs inside a Ray Data actor, with
-Ray Data's chat-template, tokenize and detokenize stages around it and no HTTP. The rows are
-written as Parquet, as the generate stage writes them, so the whole stage is timed as (b) is:
-from the dataset's start to the last part written, the engine's start included (Ray Data starts
-it inside the stage; it is also reported on its own, read off the first row's answer).
+The same model file as (b) (`gpu_parts.model_config`, written to a Hydra search-path folder), the
+same 1,000 contexts and responder prompt, so the same chat messages and sampling as (a) and (b).
+With `batch_engine=ray_data_llm` the job sends its planned rows through `ray.data.llm`'s vLLM
+processor (`jobs/batch_llm.py`): the engine inside a Ray Data actor, Ray Data's chat-template,
+tokenize and detokenize stages around it, no Serve and no HTTP, and writes the RESPONSES rows as
+the other path does. Timed over the whole command (interpreter, Ray's start, the engine's start,
+the rows written) and sustained (first request to last answer, from the rows' `created_at` and
+`latency_s`, as (b) is).
+
+The session-13 run (2026-11-27) measured Ray's processor called directly, before this part ran
+the job's option; its figures are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
-import glob
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
-from benchmarks.gpu_parts import engine_kwargs, mentalbench_messages, serving_window_s
-from benchmarks.gpu_plan import Plan
-
-BATCH_SIZE = 64  # rows a Ray Data task hands the engine actor; 8 batches in flight keep 256 busy
-
-
-def rows_of(plan: Plan) -> list[dict[str, Any]]:
-    """(e)'s input rows: the same chat messages as (a) and (b), one row each, keyed like (b)."""
-    return [{"context_id": str(i), "messages": m} for i, m in enumerate(mentalbench_messages(plan.prompts))]
+from benchmarks.gpu_parts import MODEL, PROMPT, mentalbench_contexts, model_config, serving_window_s
+from benchmarks.gpu_plan import REPO, Plan
 
 
-def sampling(plan: Plan) -> dict[str, Any]:
-    """(a)'s SamplingParams, as the processor takes them (a dict per row)."""
-    return {"temperature": 0.7, "top_p": 1.0, "max_tokens": plan.output_tokens, "ignore_eos": True}
+def write_inputs(folder: Path, plan: Plan, model_dir: Path) -> list[str]:
+    """The model file and the contexts CSV in `folder`; the job's overrides that use them."""
+    (folder / "model").mkdir(parents=True, exist_ok=True)
+    body = model_config(model_dir, plan).model_dump(mode="json", exclude={"name"}, exclude_none=True)
+    (folder / "model" / f"{MODEL}.yaml").write_text(yaml.safe_dump(body, sort_keys=False))
+    contexts = mentalbench_contexts(plan.prompts)
+    csv = folder / "contexts.csv"
+    pd.DataFrame({"id": [str(i) for i in range(len(contexts))], "text": contexts}).to_csv(csv, index=False)
+    return [f"hydra.searchpath=[file://{folder}]", f"models=[{MODEL}]", f"prompt={PROMPT}",
+            "batch_engine=ray_data_llm", f"dataset.path={csv}", "dataset.name=gpu-bench", "dataset.columns.id=id",
+            "dataset.columns.context=text", "dataset.columns.human_response=null", "dataset.limit=null"]
 
 
 def part_e(plan: Plan, model_dir: Path) -> dict[str, Any]:
-    """`ray.data.llm` on the prompts of (a): output tokens/s over the whole stage and sustained."""
-    import ray
-    from ray.data.llm import build_processor, vLLMEngineProcessorConfig
-
-    params = sampling(plan)
-    config = vLLMEngineProcessorConfig(model_source=str(model_dir), engine_kwargs=engine_kwargs(plan),
-                                       batch_size=BATCH_SIZE, concurrency=1, log_engine_metrics=False)
-
-    def pre(row: dict) -> dict:
-        return {"context_id": row["context_id"], "messages": row["messages"], "sampling_params": params}
-
-    def post(row: dict) -> dict:
-        # When the answer came back, on the same clock as (b)'s rows (`created_at`), and how long
-        # the engine took on it, so the serving window is computed as (b)'s is.
-        return {"context_id": row["context_id"], "text": row["generated_text"],
-                "completion_tokens": int(row["num_generated_tokens"]), "prompt_tokens": int(row["num_input_tokens"]),
-                "latency_s": float(row["time_taken_llm"]), "created_at": pd.Timestamp.now(tz="UTC").isoformat()}
-
-    ray.init(include_dashboard=False, log_to_driver=False)
-    try:
-        processor = build_processor(config, preprocess=pre, postprocess=post)
-        with tempfile.TemporaryDirectory() as tmp:
-            started = time.perf_counter()
-            processor(ray.data.from_items(rows_of(plan))).write_parquet(tmp)
-            elapsed = time.perf_counter() - started
-            df = pd.concat([pd.read_parquet(f) for f in sorted(glob.glob(f"{tmp}/*.parquet"))], ignore_index=True)
-            parts = len(glob.glob(f"{tmp}/*.parquet"))
-    finally:
-        ray.shutdown()
-    tokens = int(df["completion_tokens"].sum())
-    window = serving_window_s(df)
-    return {"requests": len(df), "ok": int((df["completion_tokens"] > 0).sum()), "output_tokens": tokens,
-            "prompt_tokens": int(df["prompt_tokens"].sum()), "parquet_parts": parts, "seconds": elapsed,
-            "tok_s": tokens / elapsed, "serving_s": window, "tok_s_sustained": tokens / window,
-            "batch_size": BATCH_SIZE}
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        overrides = [*write_inputs(Path(tmp), plan, model_dir), f"run_dir={run_dir}"]
+        started = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "jobs.generate", *overrides], cwd=REPO)
+        elapsed = time.perf_counter() - started
+        if proc.returncode != 0:
+            raise RuntimeError(f"jobs.generate batch_engine=ray_data_llm exited {proc.returncode}")
+        df = pd.read_parquet(run_dir / "responses")
+    ok = df[df["status"] == "ok"]
+    tokens = int(ok["completion_tokens"].sum())
+    window = serving_window_s(ok)
+    return {"requests": len(df), "ok": len(ok), "failed": int(len(df) - len(ok)), "output_tokens": tokens,
+            "seconds": elapsed, "tok_s": tokens / elapsed, "serving_s": window, "tok_s_sustained": tokens / window}

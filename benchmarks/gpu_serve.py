@@ -25,9 +25,10 @@ d. 256 SQPsych dialogues (the synthetic cohort's profiles, the paper's therapist
    tokens/s and seconds per dialogue; then prefix caching on and off on 32 more clients, the
    same 32 both times, side by side (each turn re-reads its whole prompt when caching is off: off at
    256 would take about 8 minutes of an H100 on its own). 96 tokens a turn.
-e. Ray's own batch path on (a)'s prompts: `ray.data.llm`'s vLLM processor (the engine inside a
-   Ray Data actor, no HTTP), rows written as Parquet; tokens/s over the stage and sustained, and
-   the ratio to (a) (benchmarks/gpu_batch.py).
+e. Ray's own batch path on (a)'s prompts: the generate job with `batch_engine=ray_data_llm`, whose
+   rows go through `ray.data.llm`'s vLLM processor (the engine inside a Ray Data actor, no Serve,
+   no HTTP); tokens/s over the whole command and sustained, and the ratio to (a)
+   (benchmarks/gpu_batch.py).
 
 (a) and (e) each run in a child process, so the GPU is free when it ends, before Serve starts the
 engine for (b)-(d). Every engine loads the same model folder (`--model-dir`, made once), so
@@ -159,7 +160,7 @@ def plan_lines(plan: Plan) -> list[str]:
                  f"({plan.latency_tokens} tokens each)",
             "d": f"{plan.dialogues} SQPsych dialogues x {plan.turns} turns (prefix caching on); "
                  f"on vs off on {plan.compare_dialogues}",
-            "e": f"ray.data.llm vLLM processor: the same {plan.prompts} x {plan.output_tokens}"}
+            "e": f"generate, batch_engine=ray_data_llm (vLLM processor): the same {plan.prompts} x {plan.output_tokens}"}
     lines = [f"  ({p}) {what[p]}: {tokens[p]:,} output tokens, ~{est[p]:.0f} s" for p in RUN_ORDER if p in plan.parts]
     total = sum(est.values())
     lines.append(f"  estimate {total / 60:.1f} min on one H100 (EXPECTED_H100; an A100 takes about twice)")

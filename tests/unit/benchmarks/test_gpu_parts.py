@@ -73,13 +73,20 @@ def test_the_serving_window_runs_from_the_first_request_sent_to_the_last_answer(
     assert serving_window_s(rows.iloc[:0]) != serving_window_s(rows.iloc[:0])  # NaN: no rows, no window
 
 
-def test_part_e_asks_what_part_a_asks():
-    """(e) sends (a)'s chat messages, one row each, keyed as (b)'s rows, with (a)'s sampling."""
-    from benchmarks.gpu_batch import rows_of, sampling
+def test_part_e_runs_the_job_on_the_same_model_file_prompts_and_contexts(tmp_path):
+    """(e) is `jobs.generate batch_engine=ray_data_llm` on (b)'s model file and contexts, with the
+    responder prompt: the job reads back (b)'s model file and builds (a)'s chat messages."""
+    from benchmarks.gpu_batch import write_inputs
+    from jobs.config import PromptConfig
+    from jobs.core.configfiles import load_group, load_model
+    from jobs.generate import chat_messages
 
     plan = Plan(prompts=7, output_tokens=33)
-    rows = rows_of(plan)
-    assert [r["context_id"] for r in rows] == [str(i) for i in range(7)]
-    assert [r["messages"] for r in rows] == mentalbench_messages(7)
-    # part_a's SamplingParams(temperature=0.7, top_p=1.0, max_tokens=..., ignore_eos=True), written out
-    assert sampling(plan) == {"temperature": 0.7, "top_p": 1.0, "max_tokens": 33, "ignore_eos": True}
+    overrides = write_inputs(tmp_path, plan, tmp_path / "weights")
+    assert "batch_engine=ray_data_llm" in overrides and f"prompt={PROMPT}" in overrides
+    assert f"hydra.searchpath=[file://{tmp_path}]" in overrides and f"models=[{MODEL}]" in overrides
+    assert load_model(MODEL, dirs=[tmp_path]) == model_config(tmp_path / "weights", plan)
+    df = pd.read_csv(tmp_path / "contexts.csv", dtype=str)
+    template = load_group("prompt", PROMPT, PromptConfig).user_text()
+    assert [chat_messages(None, template, c) for c in df["text"]] == mentalbench_messages(7)
+    assert list(df["id"]) == [str(i) for i in range(7)]  # keyed as (b)'s rows
