@@ -6,16 +6,19 @@ The yardstick of the benchmarks: what the fastest code that makes the same calls
 same endpoint and machine. `requests.jsonl` is what `benchmarks.endpoint --record` wrote while a
 job ran: every request's body is sent again as it was. Requests whose key shares a conversation
 (`<dialogue id>#<turn>`) are sent one after another in their recorded order, as the dialogue's
-turns were; all the others, and all conversations, at once under an `asyncio.Semaphore`
-(the model's concurrency limit), after one warm-up call; `--max-calls N` replays only the first N. Prints one JSON line: calls, errors, and the wall-clock times
-(`time.time()`) of the first and last answer. It runs on uvloop when it is installed, as Ray's
-actors (the job's stage worker among them) do: the yardstick is the faster of the two loops.
+turns were; all the others, and all conversations, at once, each model's calls under an
+`asyncio.Semaphore` of `--concurrency` (the job's client limits each model so), after one
+warm-up call; `--max-calls N` replays only the first N. Prints one JSON line: calls, errors, and
+the wall-clock times (`time.time()`) of the first and last answer. It runs on uvloop when it is
+installed, as Ray's actors (the job's stage worker among them) do: the yardstick is the faster of
+the two loops.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import time
 from collections import defaultdict
@@ -34,19 +37,21 @@ async def replay(base_url: str, chains: list[list[dict]], concurrency: int) -> d
     import httpx2
     import openai
 
+    connections = concurrency * len({b.get("model") for c in chains for b in c})
+
     client = openai.AsyncOpenAI(
         base_url=base_url, api_key="x", max_retries=0,
         http_client=openai.DefaultAsyncHttpxClient(
-            limits=httpx2.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)),
+            limits=httpx2.Limits(max_connections=connections + 8, max_keepalive_connections=connections + 8)),
     )
-    sem = asyncio.Semaphore(concurrency)
+    sems: dict[str, asyncio.Semaphore] = defaultdict(lambda: asyncio.Semaphore(concurrency))
     done: list[float] = []
     errors = 0
 
     async def chain(bodies: list[dict]) -> None:
         nonlocal errors
         for body in bodies:
-            async with sem:
+            async with sems[body.get("model")]:
                 try:
                     await client.chat.completions.create(**body)
                 except Exception:  # noqa: BLE001 - counted: a benchmark with errors is refused
@@ -72,8 +77,7 @@ def main() -> None:
                     help="replay only the first N recorded requests (a rate needs no more; default: all)")
     args = ap.parse_args()
     with open(args.requests, encoding="utf-8") as fh:
-        lines = [json.loads(line) for line in fh if line.strip()]
-    lines = lines[: args.max_calls] if args.max_calls else lines
+        lines = [json.loads(line) for line in itertools.islice((ln for ln in fh if ln.strip()), args.max_calls)]
     try:
         import uvloop
     except ImportError:

@@ -6,9 +6,12 @@ What the benchmarks (and tests, which may import it from here) call both the job
 loop against, in its own process so that neither side pays for it in its own CPU. An answer is
 `echo: <start of the last user message> (#n)`, numbered so that no two answers repeat (the
 dialogue engine would ask a repeated utterance again, and then the two sides would not make the
-same calls). `--record` writes each request's `X-Request-Key` header and JSON body, one line
-each, so that the bare loop can replay exactly the requests a job made (`benchmarks.bareloop`).
-`GET /stats` answers `{"requests", "in_flight", "max_in_flight"}`.
+same calls). `--record` writes each request's `X-Request-Key` header, JSON body and arrival time
+(`t`), one line each, so that the bare loop can replay exactly the requests a job made
+(`benchmarks.bareloop`).
+`GET /stats` answers `{"requests", "in_flight", "max_in_flight"}`. `--script JSON` answers as a
+model following the papers' formats instead (`benchmarks.scripted`: role labels, an ending turn per
+dialogue, JSON in a request's schema).
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ from typing import Any
 
 from aiohttp import web
 
+from benchmarks.scripted import Script
+
 HOST = "127.0.0.1"
 
 
 class DelayEndpoint:
-    def __init__(self, latency: float, record: str | None = None):
+    def __init__(self, latency: float, record: str | None = None, script: Script | None = None):
         self.latency = latency
+        self.script = script
         self.record = open(record, "a", encoding="utf-8") if record else None  # noqa: SIM115 - the app's lifetime
         self.requests = 0
         self.in_flight = 0
@@ -45,7 +51,8 @@ class DelayEndpoint:
         if self.first_chat_at is None:
             self.first_chat_at = time.time()
         if self.record is not None:
-            self.record.write(json.dumps({"key": request.headers.get("X-Request-Key"), "body": body}) + "\n")
+            self.record.write(json.dumps({"key": request.headers.get("X-Request-Key"), "body": body,
+                                          "t": time.time()}) + "\n")
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -53,7 +60,8 @@ class DelayEndpoint:
         finally:
             self.in_flight -= 1
         last = next((m.get("content") for m in reversed(body.get("messages") or []) if m.get("role") == "user"), "")
-        text = f"echo: {str(last)[:60]} (#{n})"
+        text = (self.script.answer(body, request.headers.get("X-Request-Key"), n) if self.script
+                else f"echo: {str(last)[:60]} (#{n})")
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages") or [])
         return web.json_response({
             "id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
@@ -86,8 +94,8 @@ class DelayEndpoint:
         return app
 
 
-async def _serve(port: int, latency: float, record: str | None) -> None:
-    runner = web.AppRunner(DelayEndpoint(latency, record).app(), access_log=None)
+async def _serve(port: int, latency: float, record: str | None, script: Script | None = None) -> None:
+    runner = web.AppRunner(DelayEndpoint(latency, record, script).app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, HOST, port, backlog=4096)
     await site.start()
@@ -98,9 +106,10 @@ async def _serve(port: int, latency: float, record: str | None) -> None:
 class Endpoint:
     """`with Endpoint(latency=0.1) as ep:` the endpoint in a subprocess; `ep.base_url` ends in /v1."""
 
-    def __init__(self, latency: float = 0.1, record: str | Path | None = None):
+    def __init__(self, latency: float = 0.1, record: str | Path | None = None, script: Script | None = None):
         self.latency = latency
         self.record = str(record) if record else None
+        self.script = script
         self.proc: subprocess.Popen | None = None
         self.base_url = ""
 
@@ -108,6 +117,8 @@ class Endpoint:
         cmd = [sys.executable, "-m", "benchmarks.endpoint", "--port", "0", "--latency", str(self.latency)]
         if self.record:
             cmd += ["--record", self.record]
+        if self.script:
+            cmd += ["--script", self.script.to_json()]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         if not line.startswith("LISTENING "):
@@ -134,9 +145,11 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--latency", type=float, default=0.1)
     ap.add_argument("--record", default=None, help="write each request (key and body) to this JSON-lines file")
+    ap.add_argument("--script", default=None, help="answer as benchmarks.scripted.Script (its JSON) instead of echoing")
     args = ap.parse_args()
     try:
-        asyncio.run(_serve(args.port, args.latency, args.record))
+        script = Script.from_json(args.script) if args.script else None
+        asyncio.run(_serve(args.port, args.latency, args.record, script))
     except KeyboardInterrupt:
         pass
 
