@@ -25,6 +25,7 @@ from jobs.core.modelconfig import ModelConfig
 from serving.engines.fallback import FallbackEngine
 from serving.engines.llamacpp import LlamaCppEngine, resolve_gguf
 from serving.engines.llamaserver import LlamaServerEngine
+from serving.engines.process import omp_env
 from serving.engines.mock import MockEngine
 from serving.protocol import ChatCompletionRequest, ModelCard, ModelList, error_body
 
@@ -149,7 +150,9 @@ def build_cpu_app(model: ModelConfig):
     res = model.resources
     deployment = CpuLLMServer.options(
         name=f"cpu-{model.name}",
-        ray_actor_options={"num_cpus": res.num_cpus},
+        # The engine's threads (`n_threads`), not Ray's OMP_NUM_THREADS=num_cpus (`omp_env`).
+        ray_actor_options={"num_cpus": res.num_cpus,
+                           **({"runtime_env": {"env_vars": env}} if (env := omp_env(model.engine_kwargs)) else {})},
         max_ongoing_requests=res.max_ongoing_requests,
         autoscaling_config={
             "min_replicas": res.min_replicas,

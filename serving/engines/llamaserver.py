@@ -46,7 +46,7 @@ import aiohttp
 
 from serving.engines.grammar import response_grammar
 from serving.engines.messages import request_messages
-from serving.engines.process import ServerProcess, ServerStartError, free_port
+from serving.engines.process import ServerProcess, ServerStartError, free_port, omp_env
 from serving.protocol import AssistantMessage, ChatCompletionRequest, ChatCompletionResponse, Choice, Usage
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class LlamaServerEngine:
         port = free_port()
         command = server_command(find_binary(kwargs.get("server_binary")), gguf, port, model_id, kwargs)
         log_path = (log_dir or Path.cwd()) / f"llama-server-{model_id}-{port}.log"
-        self.server = ServerProcess(command, f"http://127.0.0.1:{port}", log_path)
+        self.server = ServerProcess(command, f"http://127.0.0.1:{port}", log_path, env=omp_env(kwargs))
         self.server.start(timeout_s=float(kwargs.get("startup_timeout_s", 120)))
 
     def request_body(self, req: ChatCompletionRequest) -> dict[str, Any]:

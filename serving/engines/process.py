@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,17 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def omp_env(engine_kwargs: dict[str, Any]) -> dict[str, str]:
+    """`OMP_NUM_THREADS` for llama.cpp's `n_threads`, or {} when the file sets none.
+
+    llama.cpp's CPU backend is built with OpenMP, which caps its threads at OMP_NUM_THREADS
+    whatever `n_threads` asks, and Ray sets OMP_NUM_THREADS to every worker's `num_cpus` (1 for
+    the bundled model's replica): the replica, and a llama-server it starts, decoded on one
+    thread of the two its file names (docs/benchmarks.md, "The bundled model through Ray Serve")."""
+    n = engine_kwargs.get("n_threads")
+    return {"OMP_NUM_THREADS": str(int(n))} if n else {}
+
+
 class ServerProcess:
     """One server process: `start()` it, `check()` it, `stop()` it.
 
@@ -67,8 +80,10 @@ class ServerProcess:
         health_path: answers 200 once the server is ready (llama-server: 503 while loading).
     """
 
-    def __init__(self, command: list[str], url: str, log_path: Path, health_path: str = "/health"):
+    def __init__(self, command: list[str], url: str, log_path: Path, health_path: str = "/health",
+                 env: dict[str, str] | None = None):
         self.command = command
+        self.env = env  # variables set over this process's own for the server
         self.url = url.rstrip("/")
         self.log_path = log_path
         self.health_path = health_path
@@ -98,7 +113,8 @@ class ServerProcess:
         with open(self.log_path, "ab") as out:
             try:
                 self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=out,
-                                             stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                                             stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+                                             env={**os.environ, **self.env} if self.env else None)
             except OSError as exc:
                 raise ServerStartError(self.describe(f"could not run the server: {exc}")) from exc
         log.info("started %s (pid %d), log %s", self.binary, self.proc.pid, self.log_path)

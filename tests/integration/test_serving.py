@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import openai
 import pytest
@@ -118,3 +119,38 @@ def test_the_embedded_clusters_workers_are_not_niced(hosted):
         return os.nice(0)
 
     assert ray.get(niceness.remote()) == 0
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
+
+
+def test_the_engine_gets_its_files_threads_not_rays_one(hosted):
+    """Ray sets OMP_NUM_THREADS to a worker's num_cpus (1 here), and llama.cpp's OpenMP backend
+    then decodes on one thread whatever n_threads says; the replica, and a llama-server under it,
+    get the file's n_threads (2) instead."""
+    model, _, _ = hosted
+    replicas = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+                and _cmdline(p).startswith(f"ray::ServeReplica:{model.name}:")]
+    assert len(replicas) == 1, replicas
+    want = str(model.engine_kwargs["n_threads"])
+    assert want == "2" and _environ(replicas[0])["OMP_NUM_THREADS"] == want
+    servers = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+               and _cmdline(p).split(" ")[0].endswith("llama-server") and _ppid(p) == replicas[0]]
+    for pid in servers:  # `runtime: auto` serves through llama-server where it starts
+        assert _environ(pid)["OMP_NUM_THREADS"] == want
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _ppid(proc: Path) -> int:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return -1

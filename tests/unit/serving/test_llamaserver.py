@@ -144,3 +144,10 @@ def test_server_dies_with_a_killed_parent(binary, tmp_path):
     finally:
         os.close(pidfd)
     assert readable == [pidfd], f"llama-server stand-in (pid {child}) outlived its killed parent"
+
+
+def test_omp_env_names_the_files_threads():
+    from serving.engines.process import omp_env
+
+    assert omp_env({"n_threads": 2, "n_ctx": 4096}) == {"OMP_NUM_THREADS": "2"}
+    assert omp_env({"n_ctx": 4096}) == {} and omp_env({"n_threads": None}) == {}
