@@ -27,6 +27,8 @@ def hosted():
 
     connect(ClusterConfig())
     model = load_model("gemma3-270m", [REPO_ROOT / "conf"])
+    # 2 threads: not what Ray would set (num_cpus 1), so the thread test below tells them apart
+    model = model.model_copy(update={"engine_kwargs": {**model.engine_kwargs, "n_threads": 2}})
     cfg = ServingConfig(port=PORT, startup_timeout_s=300)
     endpoints = ensure([model], cfg)
     yield model, cfg, endpoints
@@ -127,9 +129,9 @@ def _environ(pid: int) -> dict[str, str]:
 
 
 def test_the_engine_gets_its_files_threads_not_rays_one(hosted):
-    """Ray sets OMP_NUM_THREADS to a worker's num_cpus (1 here), and llama.cpp's OpenMP backend
-    then decodes on one thread whatever n_threads says; the replica, and a llama-server under it,
-    get the file's n_threads (2) instead."""
+    """Ray sets OMP_NUM_THREADS to a worker's num_cpus, and llama.cpp's OpenMP backend then
+    decodes on that many threads whatever n_threads says; the replica, and a llama-server under
+    it, get the file's n_threads instead (2 here, where Ray would set 1)."""
     model, _, _ = hosted
     replicas = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
                 and _cmdline(p).startswith(f"ray::ServeReplica:{model.name}:")]
