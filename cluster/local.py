@@ -17,6 +17,11 @@ with it) and N worker nodes, each its own raylet and object store. Every process
   address; a packet to one's own address takes the kernel's `lo` route (`ip route get` says
   `local ... dev lo`), so nothing leaves the machine.
 
+Nodes are labeled `node-name=head`, `worker-1`, `worker-2`, ...: the jobs' placement lines (the
+job's log names the node of each stage worker and Serve replica, `cluster.placement`) use the
+names, and `python -m cluster.local kill-node 1` kills the node they call `worker-1`.
+`LocalCluster.add_worker(cpus)` joins one more worker node (of its own size) to a running cluster.
+
 DIR (default `runs/local-cluster`) gets `cluster.json` (address, nodes, pids), `auth_token` and
 `env.sh`; after `source DIR/env.sh` every job joins the cluster (RAY_ADDRESS), or a job names it
 with `cluster.address=ADDRESS` beside the two auth variables. The test fixture
@@ -37,6 +42,8 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from cluster.placement import NAME_LABEL
 
 __all__ = ["LocalCluster", "kill_pids", "load", "main", "pids_under", "start"]
 
@@ -136,6 +143,18 @@ class LocalCluster:
         self.save()
         return pids
 
+    def add_worker(self, cpus: float = 1, object_store_gb: float = 0.5) -> int:
+        """Start one more worker node (`worker-<i>`, of `cpus` CPUs: nodes may differ) on the
+        running cluster; returns its index. A test places something on the nodes there are
+        first, then adds one (`tests/integration/test_node_loss_serve.py`)."""
+        env = {**os.environ, **self.env}
+        env.pop("RAY_ADDRESS", None)
+        try:
+            _start_worker(self, cpus, str(int(object_store_gb * 2**30)), env)
+        finally:
+            self.save()
+        return len(self.nodes) - 1
+
     def alive_nodes(self) -> int:
         """Nodes Ray counts as alive (asks the cluster; a head that is gone raises)."""
         out = subprocess.run([_ray(), "status", f"--address={self.address}"], env=self.process_env(),
@@ -193,6 +212,7 @@ def start(workers: int = 2, cpus: float = 1, object_store_gb: float = 0.5, direc
     store = str(int(object_store_gb * 2**30))
     dash_port = _free_port() if dashboard else None
     head_args = ["--head", "--port=0", "--num-cpus=0", "--node-ip-address=127.0.0.1", f"--object-store-memory={store}",
+                 f"--labels={NAME_LABEL}=head",
                  *([f"--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}", "--include-dashboard=true"]
                    if dashboard else ["--include-dashboard=false"])]
     cluster = LocalCluster(dir=str(directory), temp_dir=temp_dir, address="", dashboard=None)
@@ -201,25 +221,34 @@ def start(workers: int = 2, cpus: float = 1, object_store_gb: float = 0.5, direc
         cluster.address = (Path(temp_dir) / "ray" / "ray_current_cluster").read_text().strip()
         cluster.dashboard = f"http://127.0.0.1:{dash_port}" if dashboard else None
         cluster.nodes.append({"name": "head", "cpus": 0, "pids": sorted(head)})
-        for i in range(1, workers + 1):
-            # Each worker node its own temp folder inside the cluster's, as separate machines have:
-            # nodes sharing one would share `runtime_resources/`, and a worker node cleaning up a
-            # job's working directory when its own workers are done would delete it under the
-            # driver on the head (seen: `ray job submit` lost its cwd after the first stage: a
-            # worker node set up the job's working directory again in the shared folder).
-            # (RAY_TMPDIR does not do it: a worker node takes the head's temp folder unless
-            # `--temp-dir` names one.)
-            own = Path(temp_dir) / f"w{i}"
-            own.mkdir()
-            pids = _ray_start([f"--address={cluster.address}", f"--num-cpus={cpus:g}", "--node-ip-address=127.0.0.1",
-                               f"--object-store-memory={store}", f"--resources={json.dumps({'worker_node': 1})}",
-                               f"--temp-dir={own}"], env, temp_dir)
-            cluster.nodes.append({"name": f"worker-{i}", "cpus": cpus, "pids": sorted(pids)})
+        for _ in range(workers):
+            _start_worker(cluster, cpus, store, env)
     except Exception:
         cluster.stop()
         raise
     cluster.save()
     return cluster
+
+
+def _start_worker(cluster: LocalCluster, cpus: float, store: str, env: dict[str, str]) -> dict:
+    """Start worker node `worker-<i>` (i: the next index) of `cpus` CPUs and record it."""
+    i = len(cluster.nodes)
+    # Each worker node its own temp folder inside the cluster's, as separate machines have:
+    # nodes sharing one would share `runtime_resources/`, and a worker node cleaning up a
+    # job's working directory when its own workers are done would delete it under the
+    # driver on the head (seen: `ray job submit` lost its cwd after the first stage: a
+    # worker node set up the job's working directory again in the shared folder).
+    # (RAY_TMPDIR does not do it: a worker node takes the head's temp folder unless
+    # `--temp-dir` names one.)
+    own = Path(cluster.temp_dir) / f"w{i}"
+    own.mkdir()
+    pids = _ray_start([f"--address={cluster.address}", f"--num-cpus={cpus:g}", "--node-ip-address=127.0.0.1",
+                       f"--object-store-memory={store}", f"--resources={json.dumps({'worker_node': 1})}",
+                       # its name in the jobs' placement lines (`cluster.placement`)
+                       f"--labels={NAME_LABEL}=worker-{i}", f"--temp-dir={own}"], env, cluster.temp_dir)
+    node = {"name": f"worker-{i}", "cpus": cpus, "pids": sorted(pids)}
+    cluster.nodes.append(node)
+    return node
 
 
 def load(directory: str | Path = DEFAULT_DIR) -> LocalCluster:

@@ -35,6 +35,7 @@ from jobs.recover import (
     MAX_NODE_LOSSES, ClusterLost, NodeLost, fitting_workers, is_node_loss, remaining_rows, settle, stage_nodes_left,
 )
 from jobs.staged import Staged, StagedRows, Unstageable, remove_staged, stage_rows
+from jobs.placement import WorkerPlacement, log_serve_placement
 
 
 # A stage of at most this many rows hands Ray Data its blocks from memory, not staged on disk
@@ -146,14 +147,19 @@ def run_model_stage(
         engine = served_by(ep)  # a run that fell back to the in-process engine says so here
         print(f"  {name}: {ep.base_url}" + (f" ({engine})" if engine else ""), flush=True)
     workers = stage_workers(run.cluster.stage_workers, models, blocks=math.ceil(len(rows) / run.rows_per_task))
+    # No more than the alive nodes hold: a stage after one that lost a node (the next step of a
+    # pipeline) would otherwise wait WAIT_FOR_WORKERS_S for a worker no node can take, then fail.
+    workers = max(1, min(workers, fitting_workers(run.cluster.stage_num_cpus)))
     total, losses, nodes = StageResult(), 0, stage_nodes_left(run.cluster.stage_num_cpus)
     while True:
+        log_serve_placement(models, desc)
         try:
             got = run_stage(
                 rows, stage_cls,
                 dict(endpoints=endpoints_to_spec(endpoints), concurrency_share=1.0 / workers,
                      sensitivity=sensitivity, **stage_kwargs),
                 store, workers=workers, worker_num_cpus=run.cluster.stage_num_cpus,
+                min_workers=1 if losses else None,  # after a lost node: see below
                 rows_in_flight=sum(m.concurrency for m in models), rows_per_task=run.rows_per_task,
                 flush_every_s=run.flush_every_s, desc=desc, counter=counter,
             )
@@ -165,7 +171,9 @@ def run_model_stage(
             rows = _after_node_loss(lost, rows, store, replan, desc, losses, nodes)
             if len(rows) == 0:
                 return total
-            # as many workers as the nodes left can hold (a worker asks `stage_num_cpus`)
+            # At most what the nodes left hold, and the pool starts once one is up: the lost node's
+            # Serve replicas come back there and take CPUs `fitting_workers` counts (seen: a second
+            # worker never started, the stage failed after WAIT_FOR_WORKERS_S); the rest join later.
             workers = max(1, min(workers, fitting_workers(run.cluster.stage_num_cpus)))
 
 
@@ -214,6 +222,7 @@ def run_stage(
     *,
     workers: int,
     worker_num_cpus: float,
+    min_workers: int | None = None,
     rows_in_flight: int,
     rows_per_task: int,
     flush_every_s: float,
@@ -226,6 +235,10 @@ def run_stage(
     `counter(rows) -> (input rows done, of which ok)` counts the output of one input row: several
     output rows for a judge call (one per item); default: one output row per input row, ok when
     its status is. A `Counted` result also carries the failure reasons.
+
+    `workers` start before the first call (Ray Data spreads them over the nodes; the job's log
+    names the nodes); `min_workers` (after a lost node): the stage starts once that many are up
+    and the pool grows to `workers` as CPUs free up.
 
     SIGINT/SIGTERM raise `Interrupted` (with the rows saved) once the finished rows are written;
     rows that cannot be written raise `WriteFailed` once they are rescued elsewhere."""
@@ -261,16 +274,19 @@ def run_stage(
             kwargs = {**stage_kwargs, "sink_name": sink_name, "sink_channel": channel,
                       "sink_every_s": min(flush_every_s, SINK_EVERY_S)}
             ds = _map_stage(ray, source, batch_format, stage_cls, kwargs,
-                            workers, max_concurrency, worker_num_cpus)
+                            workers, max_concurrency, worker_num_cpus, min_workers)
         with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar:
             collector = Collector(store, sink, flush_every_s=flush_every_s, bar=bar, counter=_with_reasons(counter),
                                   channel=channel)
+            placement = WorkerPlacement(sink, channel, workers, desc, min_workers, wait_s=WAIT_FOR_WORKERS_S)
             try:
                 with collector.saving():
                     collector.start()
+                    placement.start()
                     # The blocks carry no rows (they went to the sink): iterating drives the run.
                     for _ in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
                         pass
+                    placement.finish()
             except Exception as exc:
                 if not is_node_loss(exc):
                     raise
@@ -279,6 +295,8 @@ def run_stage(
                 lost = NodeLost(exc, StageResult(collector.counts["ok"], collector.counts["failed"],
                                                  collector.failures, collector.saved))
                 raise lost from exc
+            finally:
+                placement.stop()
     finally:
         if staged is not None and lost is None:
             remove_staged(staged)
@@ -335,7 +353,10 @@ def memory_blocks(rows: pd.DataFrame | Staged, rows_per_task: int) -> tuple[list
 
 
 def _map_stage(ray: Any, source: Any, batch_format: str, stage_cls: type, kwargs: dict[str, Any],
-               workers: int, max_concurrency: int, worker_num_cpus: float) -> Any:
+               workers: int, max_concurrency: int, worker_num_cpus: float, min_workers: int | None = None) -> Any:
+    # A fixed pool, or one that starts with `min_workers` and grows to `workers` as CPUs allow.
+    size = ({"size": workers} if not min_workers or min_workers >= workers else
+            {"min_size": min_workers, "max_size": workers, "initial_size": min_workers})
     return source.map_batches(
         with_sink(stage_cls),
         fn_constructor_kwargs=kwargs,
@@ -343,7 +364,7 @@ def _map_stage(ray: Any, source: Any, batch_format: str, stage_cls: type, kwargs
         # Rows as dicts straight from Arrow (`to_pylist`), no frame per block.
         batch_format=batch_format,
         compute=ray.data.ActorPoolStrategy(
-            size=workers,
+            **size,
             max_concurrent_calls_per_actor=max_concurrency,
             max_tasks_in_flight_per_actor=2 * max_concurrency,
         ),

@@ -83,6 +83,7 @@ class ChatStage:
         self._watch: asyncio.Task | None = None  # the standing `drained` call
         self._draining = False  # interrupted: every finished row goes to the sink at once
         self._put_lock: asyncio.Lock | None = None
+        self._puts = 0  # the puts made: with `_id`, each put's id (the sink keeps a put once)
 
     async def process_row(self, row: dict[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
         raise NotImplementedError
@@ -140,8 +141,9 @@ class ChatStage:
         async with self._put_lock:
             done, self._waiting, self._n_waiting = self._waiting, [], 0
             if done or answer:
+                self._puts += 1
                 await self.sink.put.remote(self._arrow(done) if done else None, self.sink_channel,
-                                           self._id if answer else None)
+                                           self._id if answer else None, put_id=f"{self._id}:{self._puts}")
 
     async def _watch_drain(self) -> None:
         try:
@@ -186,6 +188,17 @@ class ChatStage:
         return row, await self._guarded(row)
 
 
+def _say_hello(sink: Any, channel: str, worker: str) -> None:
+    """Tell the driver's sink which node this worker runs on (the stage's placement line in the
+    job's log, `jobs.placement`); a sink that is not a Ray actor (unit tests) is told nothing."""
+    try:
+        import ray
+
+        sink.hello.remote(channel, worker, ray.get_runtime_context().get_node_id())
+    except Exception:  # noqa: BLE001 - the placement line must never stop a worker
+        pass
+
+
 def with_sink(stage_cls: type) -> type:
     """`stage_cls` taking more constructor arguments, `sink` (or `sink_name`, a named actor), its
     `sink_channel` (the stage's, in a sink shared by the driver's stages) and `sink_every_s` (how
@@ -207,6 +220,8 @@ def with_sink(stage_cls: type) -> type:
                 # about restarts on the console for every worker.
                 sink = ray.get_actor(sink_name)
             self.sink = sink
+            if sink is not None:
+                _say_hello(sink, sink_channel, self._id)
 
     Streaming.__name__ = Streaming.__qualname__ = stage_cls.__name__  # the name Ray Data shows
     return Streaming

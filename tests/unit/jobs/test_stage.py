@@ -17,8 +17,11 @@ class _Put:
     def __init__(self, sink: "_Sink"):
         self.sink = sink
 
-    def remote(self, table: pa.Table | None, channel: str = "", worker: str | None = None):
+    def remote(self, table: pa.Table | None, channel: str = "", worker: str | None = None,
+               put_id: str | None = None):
         # `sink.put.remote(...)` on a Ray actor: awaitable
+        if put_id is not None:
+            self.sink.put_ids.append(put_id)
         if table is not None:
             self.sink.tables.append(table)
             self.sink.channels.append(channel)
@@ -46,6 +49,7 @@ class _Sink:
         self.tables: list[pa.Table] = []
         self.channels: list[str] = []
         self.answers: list[str] = []  # workers that answered a drain
+        self.put_ids: list[str] = []
         self.waiting: list[str] = []  # workers whose `drained` call waits
         self.changed = asyncio.Event()
         self.wake = asyncio.get_running_loop().create_future()
@@ -93,6 +97,7 @@ def test_rows_reach_the_sink_in_batches_bounded_by_a_row_count():
         return stage.sink, out
 
     sink, out = _run(go())
+    assert len(set(sink.put_ids)) == 3  # each put its own id: a put that arrives twice is kept once
     assert out.num_rows == 0 and out.schema == RESPONSES.schema  # the rows went to the sink
     assert [t.num_rows for t in sink.tables] == [10, 10, 5]  # 5: the worker's last block ended
     assert sorted(sink.ids(), key=int) == [str(i) for i in range(25)]

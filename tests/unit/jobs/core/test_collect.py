@@ -106,6 +106,21 @@ def test_one_sink_serves_a_drivers_stages_each_under_its_own_channel(tmp_path):
     assert sink.take("generate-2") == [b] and sink.close("generate-2") == []
 
 
+def test_a_put_that_arrives_twice_is_kept_once(tmp_path):
+    """Issue 34: rows of one put were once written twice after a lost node. Each put carries
+    its worker's id and number; the sink keeps the first of a channel's puts with one id."""
+    from jobs.core.collect import RowSink
+
+    store = TableStore(tmp_path, RESPONSES, writer=True)
+    a, b = _rows(store, "ok", "ok")
+    sink = RowSink()
+    sink.put(a, "gen", put_id="w1:1")
+    sink.put(a, "gen", put_id="w1:1")  # the same call again
+    sink.put(b, "gen", put_id="w1:2")
+    sink.put(b, "judge", put_id="w1:2")  # another channel's numbers are its own
+    assert sink.take("gen") == [a, b] and sink.take("judge") == [b]
+
+
 def test_a_drain_waits_for_each_waiting_worker_to_put_what_it_holds_then_closes(tmp_path):
     """Issue 34, item 6: Ctrl-C lost the rows workers still held. `drain` wakes every worker's
     standing `drained` call and hands back the channel's rows once each has answered; a worker
@@ -148,3 +163,21 @@ def test_a_drain_waits_for_each_waiting_worker_to_put_what_it_holds_then_closes(
 
     got, after, woken, late = asyncio.run(asyncio.wait_for(go(), timeout=30))
     assert got == [a, b] and after == [] and woken is False and late is False
+
+
+def test_a_table_that_reaches_the_driver_twice_is_written_once(tmp_path, caplog):
+    """Issue 34: after a lost node the same table (its rows to the microsecond) once reached the
+    driver twice; it is counted and written once, with a warning. The same keys answered again
+    (another `created_at`) are a new table and kept."""
+    import datetime
+
+    store = TableStore(tmp_path, RESPONSES, writer=True)
+    when = datetime.datetime(2026, 11, 27, tzinfo=datetime.timezone.utc)
+    a = store.to_arrow([{"context_id": "1", "model": "m", "status": "ok", "created_at": when}])
+    again = store.to_arrow([{"context_id": "1", "model": "m", "status": "ok",
+                             "created_at": when + datetime.timedelta(microseconds=1)}])
+    c = Collector(store, None, flush_every_s=60, bar=_Bar(), counter=count_rows)
+    assert c.add([a]) == 1 and c.add([a]) == 0 and c.add([again]) == 1
+    c.flush()
+    assert c.counts == {"ok": 2, "failed": 0} and c.saved == 2 and c.duplicates == 1
+    assert "reached the driver a second time" in caplog.text
