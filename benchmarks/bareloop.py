@@ -39,23 +39,26 @@ async def replay(base_url: str, chains: list[list[dict]], concurrency: int) -> d
 
     connections = concurrency * len({b.get("model") for c in chains for b in c})
 
+    # One timeout for every phase, connecting included, as the job's client has (the model file's
+    # `timeout_s`, 60 s for the benchmarks' endpoint). The SDK's default gives a connection 5 s:
+    # with hundreds of first connections at once on a 2-core machine at load 10-19, 47 of 84,000
+    # replayed calls failed (their errors not kept; most likely that), where the job had none.
     client = openai.AsyncOpenAI(
-        base_url=base_url, api_key="x", max_retries=0,
+        base_url=base_url, api_key="x", max_retries=0, timeout=60.0,
         http_client=openai.DefaultAsyncHttpxClient(
             limits=httpx2.Limits(max_connections=connections + 8, max_keepalive_connections=connections + 8)),
     )
     sems: dict[str, asyncio.Semaphore] = defaultdict(lambda: asyncio.Semaphore(concurrency))
     done: list[float] = []
-    errors = 0
+    errors: list[str] = []
 
     async def chain(bodies: list[dict]) -> None:
-        nonlocal errors
         for body in bodies:
             async with sems[body.get("model")]:
                 try:
                     await client.chat.completions.create(**body)
-                except Exception:  # noqa: BLE001 - counted: a benchmark with errors is refused
-                    errors += 1
+                except Exception as exc:  # noqa: BLE001 - counted: a benchmark with errors is refused
+                    errors.append(f"{type(exc).__name__}: {exc}"[:200])
             done.append(time.time())
 
     # One call first, not counted: the client's first connection and lazy imports, as a
@@ -64,8 +67,8 @@ async def replay(base_url: str, chains: list[list[dict]], concurrency: int) -> d
     started = time.time()
     await asyncio.gather(*(chain(c) for c in chains))
     await client.close()
-    return {"calls": len(done), "errors": errors, "started": started, "first_done": min(done),
-            "last_done": max(done)}
+    return {"calls": len(done), "errors": len(errors), "error_samples": sorted(set(errors))[:5], "started": started,
+            "first_done": min(done), "last_done": max(done)}
 
 
 def main() -> None:

@@ -173,7 +173,7 @@ def run_bare(base_url: str, requests: Path, concurrency: int, max_calls: int | N
                          capture_output=True, text=True, cwd=REPO, env=env(), check=True)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     if res["errors"]:
-        raise RuntimeError(f"the bare loop had {res['errors']} errors")
+        raise RuntimeError(f"the bare loop had {res['errors']} errors: {res.get('error_samples')}")
     return {**res, "wall_s": time.time() - started, "cpu_s": _children_cpu_s() - cpu}
 
 
