@@ -175,6 +175,10 @@ def chat_body(model: ModelConfig, messages: list[dict[str, str]], params: Genera
     return body
 
 
+class CallsStopped(Exception):
+    """The client was stopped (`ChatClient.stop`, an interrupted job): this call was not sent."""
+
+
 class ChatClient:
     """Async chat calls to any number of models, each under its own concurrency limit.
 
@@ -189,6 +193,13 @@ class ChatClient:
         self._share = concurrency_share
         self._clients: dict[str, Any] = {}
         self._semaphores: dict[str, asyncio.Semaphore] = {}
+        self._stopped = False
+
+    def stop(self) -> None:
+        """Send no more requests: a call not yet on the wire (waiting for its model's semaphore,
+        or about to retry) raises `CallsStopped`; calls on the wire finish as usual. An
+        interrupted job keeps what its calls in flight answer and sends nothing new."""
+        self._stopped = True
 
     @property
     def models(self) -> list[str]:
@@ -242,7 +253,8 @@ class ChatClient:
         sensitivity: Sensitivity,
         request_key: str | None = None,
     ) -> ChatResult:
-        """Send one chat completion, with retries; never raises for a failed call.
+        """Send one chat completion, with retries; never raises for a failed call (only
+        `CallsStopped` once the client is stopped, for a call it did not send).
 
         Args:
             model: model name (a file in conf/model/).
@@ -269,6 +281,8 @@ class ChatClient:
         started = time.perf_counter()
         async with self._semaphores[model]:
             while True:
+                if self._stopped:  # checked once the semaphore is ours: the waiters of a stopped client
+                    raise CallsStopped(model)
                 attempts += 1
                 try:
                     # The SDK's own `post`, not `chat.completions.create`: `create` first walks the
