@@ -22,7 +22,6 @@ from typing import Mapping
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 from sklearn.metrics import cohen_kappa_score
 
 from analysis.arena.data import COUNSELOR, EVALUATOR_ROLE, SESSION_ID, VARIANT
@@ -31,6 +30,7 @@ from analysis.arena.passing import (
 )
 from analysis.arena.tables import chain_pairs, iteration0, known, rate
 from analysis.columns import JUDGE, SUBJECT_ID
+from analysis.paired import mcnemar_exact
 from jobs.core.rubric import Rubric
 
 OVERALL = "overall"
@@ -55,14 +55,6 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def mcnemar_exact(b: int, c: int) -> float:
-    """Two-sided exact McNemar p-value: b pairs failed before and passed after, c the reverse; the
-    discordant pairs are Binomial(b + c, 1/2) under no change. 1.0 when there is no discordant pair."""
-    if b + c == 0:
-        return 1.0
-    return float(stats.binomtest(min(b, c), b + c, 0.5).pvalue)
 
 
 def table2_printed(frame: pd.DataFrame, rubrics: Mapping[str, Rubric]) -> pd.DataFrame:
