@@ -1,4 +1,4 @@
-"""The closed loop's effect over its control arm: what the feedback adds to re-running alone.
+"""The closed loop's effect over its control arm: what the loop adds to re-running alone.
 
 Why: the client simulator samples and the evaluator is a model, so a session re-run with no
 feedback at all often passes where it failed; with `select: failed` a pass is also carried
@@ -7,45 +7,60 @@ arm (`optimize.control`) re-runs, beside each feedback iteration, the sessions i
 select by the same rule, with the same card, counselor, prompt, rounds and sampling and no
 feedback. Both arms start from the same iteration-0 session, so every chain is a pair.
 
-Per counselor x variant (and all chains pooled), over **every** chain whose iteration-0 overall
-pass is known (not only the re-run ones: a chain that passed at once counts as a pass in both):
+What the difference measures: the feedback arm drafts, reflects on and rewrites every counselor
+turn (`optimize.mode: response`) where the control runs plain turns, so `effect` is that of the
+whole loop (the feedback's content and the draft-reflect-rewrite procedure together) over
+re-running, not of the feedback's content alone.
+
+Per counselor x variant (a *cell*) and all chains pooled (`(all)`, the **primary** result), over
+**every** chain whose iteration-0 overall pass is known (not only the re-run ones: a chain that
+passed at once counts as a pass in both):
 
 - `pass_before`: the share passing at iteration 0 (the same in both arms);
 - `pass_feedback`, `pass_control`: the share passing after the last iteration, each chain
   counted at its latest session of that arm whose overall pass is known (as Figure 4 does);
 - `gain_feedback`, `gain_control`: after - before in each arm;
-- `effect` = gain_feedback - gain_control = pass_feedback - pass_control, the mean over chains
-  of d = (passes with feedback) - (passes in the control), each 1 or 0;
-- `effect_lo`, `effect_hi`: its 95% interval, a **bootstrap** percentile interval over chains
-  (chains resampled with replacement, the pair kept together; `N_RESAMPLES` resamples, seeded,
-  so a report is reproducible). Where every chain has the same d the interval is that value;
-- `fb_only`, `ctl_only`: chains passing in one arm only, and `p`: the two-sided exact McNemar
-  test of fb_only against fb_only + ctl_only (both directions can happen, unlike the before /
-  after pairing within one arm under `select: failed`).
+- `effect` = gain_feedback - gain_control = pass_feedback - pass_control = (fb_only - ctl_only) / n;
+- `fb_only`, `ctl_only`: chains passing in one arm only (both directions can happen, unlike the
+  before / after pairing within one arm under `select: failed`);
+- in a cell, `p` is the two-sided exact McNemar test and `effect_lo` / `effect_hi` the 95%
+  interval of `analysis.paired.paired_interval` (Tango's score interval joined with the exact
+  conditional one), which excludes 0 exactly where p < 0.05;
+- in the pooled row the chains are not independent: one card is in up to 16 chains (counselors x
+  variants), so **cards are the unit**: `p` is the larger of Durkalski's clustered McNemar p
+  (cards as clusters) and the exact McNemar p over chains, and the interval the union of the one
+  inverting the clustered statistic and the chains' `paired_interval`: it excludes 0 exactly
+  where that p < 0.05, and is never narrower than if the chains were independent;
+- `p_holm`: the cells' p adjusted by Holm's step-down method over the cells (one family, since
+  the table tests every cell); the pooled row, the primary result, is not adjusted.
 """
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pandas as pd
-from scipy import stats
 
-from analysis.arena.data import CHAIN, CONTROL, COUNSELOR, ITERATION, VARIANT, control_arm, feedback_arm
+from analysis.arena.data import (
+    CARD_ID, CHAIN, CONTROL, COUNSELOR, ITERATION, VARIANT, control_arm, feedback_arm,
+)
 from analysis.arena.passing import OVERALL_PASS
-from analysis.arena.table2 import mcnemar_exact, wilson
+from analysis.arena.table2 import wilson
+from analysis.paired import clustered_interval, clustered_mcnemar, mcnemar_exact, paired_interval
+from analysis.stats import holm
 
 ALL = "(all)"
-N_RESAMPLES = 9_999
-SEED = 20_240_601
-CI_METHOD = f"bootstrap percentile, {N_RESAMPLES:,} resamples of the chains (paired), seed {SEED}"
-COLUMNS = [COUNSELOR, VARIANT, "n", "pass_before", "pass_feedback", "pass_control", "gain_feedback", "gain_control",
-           "effect", "effect_lo", "effect_hi", "fb_only", "ctl_only", "p"]
+ROLE = "role"
+PRIMARY, CELL = "primary", "cell"
+CI_METHOD = ("cells: Tango's score interval joined with the exact conditional (Clopper-Pearson) interval, which "
+             "excludes 0 exactly where the exact McNemar p < 0.05; pooled row: cards as the unit, the interval "
+             "inverting Durkalski's clustered McNemar statistic joined with the chains' interval, p the larger of "
+             "the clustered and the exact McNemar p")
+COLUMNS = [COUNSELOR, VARIANT, ROLE, "n", "n_cards", "pass_before", "pass_feedback", "pass_control", "gain_feedback",
+           "gain_control", "effect", "effect_lo", "effect_hi", "fb_only", "ctl_only", "p", "p_holm"]
 ARM_COLUMNS = [COUNSELOR, VARIANT, "arm", "n", "n_pass_before", "pass_before", "before_lo", "before_hi",
                "n_pass_after", "pass_after", "after_lo", "after_hi", "rerun"]
 
-__all__ = ["ALL", "ARM_COLUMNS", "CI_METHOD", "COLUMNS", "arm_tables", "bootstrap_ci", "chain_outcomes",
+__all__ = ["ALL", "ARM_COLUMNS", "CELL", "CI_METHOD", "COLUMNS", "PRIMARY", "arm_tables", "chain_outcomes",
            "control_effect", "has_control"]
 
 
@@ -82,46 +97,44 @@ def chain_outcomes(frame: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()[cols]
 
 
-def bootstrap_ci(d: np.ndarray, n_resamples: int = N_RESAMPLES, seed: int = SEED) -> tuple[float, float]:
-    """The 95% bootstrap percentile interval of the mean of `d` (NaN for no value; the value
-    itself when every d is the same, where resampling has nothing to vary)."""
-    d = np.asarray(d, dtype=float)
-    if d.size == 0:
-        return float("nan"), float("nan")
-    if np.all(d == d[0]):
-        return float(d[0]), float(d[0])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # scipy warns on few distinct values; the percentiles stand
-        res = stats.bootstrap((d,), np.mean, n_resamples=n_resamples, method="percentile", vectorized=True,
-                              confidence_level=0.95, random_state=np.random.default_rng(seed))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
-def _effect_row(key: tuple, g: pd.DataFrame) -> dict:
+def _effect_row(key: tuple, g: pd.DataFrame, pooled: bool) -> dict:
     both = g.dropna(subset=["before", "feedback", "control"])
     n = len(both)
     fb, ctl, b0 = (both[c].astype(bool).to_numpy() for c in ("feedback", "control", "before"))
     d = fb.astype(int) - ctl.astype(int)
-    lo, hi = bootstrap_ci(d)
     fb_only, ctl_only = int((fb & ~ctl).sum()), int((ctl & ~fb).sum())
+    lo, hi = paired_interval(fb_only, ctl_only, n)
+    p = mcnemar_exact(fb_only, ctl_only) if n else np.nan
+    cards = both[CARD_ID].to_numpy()
+    if pooled and n:  # cards as the unit: a card's chains are not independent
+        c_lo, c_hi = clustered_interval(d, cards)
+        lo, hi = min(lo, c_lo), max(hi, c_hi)
+        p = max(p, clustered_mcnemar(d, cards))
     mean = (lambda x: float(x.mean()) if n else np.nan)
-    return {COUNSELOR: key[0], VARIANT: key[1], "n": n, "pass_before": mean(b0), "pass_feedback": mean(fb),
-            "pass_control": mean(ctl), "gain_feedback": mean(fb) - mean(b0), "gain_control": mean(ctl) - mean(b0),
-            "effect": mean(d), "effect_lo": lo, "effect_hi": hi, "fb_only": fb_only, "ctl_only": ctl_only,
-            "p": mcnemar_exact(fb_only, ctl_only) if n else np.nan}
+    return {COUNSELOR: key[0], VARIANT: key[1], ROLE: CELL, "n": n, "n_cards": int(len(set(cards))),
+            "pass_before": mean(b0), "pass_feedback": mean(fb), "pass_control": mean(ctl),
+            "gain_feedback": mean(fb) - mean(b0), "gain_control": mean(ctl) - mean(b0), "effect": mean(d),
+            "effect_lo": lo, "effect_hi": hi, "fb_only": fb_only, "ctl_only": ctl_only, "p": p}
 
 
 def control_effect(frame: pd.DataFrame) -> pd.DataFrame:
-    """The feedback's effect over the control, per counselor x variant and pooled (`(all)`):
-    see the module's docstring for each column. Empty when the run has no control arm."""
+    """The loop's effect over the control, per counselor x variant (cells) and pooled (`(all)`,
+    last, the primary result), with the cells' Holm-adjusted p: see the module's docstring for
+    each column. With one cell there is no pooled row and that cell is the primary result.
+    Empty when the run has no control arm."""
     if not has_control(frame):
         return pd.DataFrame(columns=COLUMNS)
     chains = chain_outcomes(frame)
     if chains.empty:
         return pd.DataFrame(columns=COLUMNS)
-    rows = [_effect_row(key, g) for key, g in chains.groupby([COUNSELOR, VARIANT], sort=True)]
+    rows = [_effect_row(key, g, pooled=False) for key, g in chains.groupby([COUNSELOR, VARIANT], sort=True)]
+    adjusted = holm([r["p"] for r in rows])
+    for r, q in zip(rows, adjusted):
+        r["p_holm"] = q
     if len(rows) > 1:
-        rows.append(_effect_row((ALL, ALL), chains))
+        rows.append({**_effect_row((ALL, ALL), chains, pooled=True), ROLE: PRIMARY, "p_holm": np.nan})
+    else:
+        rows[0][ROLE] = PRIMARY
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

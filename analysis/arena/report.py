@@ -58,14 +58,19 @@ HOW_TO_READ = (
     "an item that was out of range (recorded as invalid, never clipped), unreadable or not returned has no "
     "score, so that evaluator's total is missing rather than smaller. A session passes overall when all three "
     "scales pass; a pass rate is the share of sessions whose pass is known (n beside it). Iteration 0 is the "
-    "first evaluation. The optimization loop takes a session, feeds the counselor its lowest-scoring items "
-    "with matching counseling methods from the knowledge base, lets it reflect and rewrite its prompt, re-runs "
-    "the session with the same card and re-evaluates it: iteration k is the k-th re-run. A chain is one card, "
+    "first evaluation. The optimization loop takes a session that did not pass, has the evaluator write "
+    "feedback on its lowest-scoring items with matching counseling methods from the knowledge base, and re-runs "
+    "the session with the same card: in every round the counselor drafts its answer, reflects on the draft in "
+    "the light of the feedback and rewrites it (the default <code>optimize.mode: response</code>; with "
+    "<code>prompt</code> it rewrites its system prompt once instead), and the re-run is evaluated again: "
+    "iteration k is the k-th re-run. A chain is one card, "
     "counselor and prompt variant with its re-runs; the pass rate at iteration k counts each chain's latest "
     "evaluated session up to k, so a session that passed and was not optimized further stays passed. A re-run "
     "alone changes passes (the client simulator samples, the evaluator is a model), so the loop's headline is "
-    "its effect over the control arm: the same sessions re-run by the same rule with no feedback "
-    "(<code>optimize.control</code>); the feedback's gain minus the control's, with a 95% interval and a paired test."
+    "its effect over the control arm: the same sessions re-run by the same rule with plain turns and no feedback "
+    "(<code>optimize.control</code>); the loop's gain minus the control's, with a 95% interval and a paired test. "
+    "It is the whole loop's effect (feedback and the draft-reflect-rewrite procedure together) over re-running. "
+    "The pooled row is the primary result; the per-counselor cells are adjusted for multiplicity (Holm)."
 )
 
 
@@ -237,7 +242,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
             default: the rubrics the run's session scores were made with.
     """
     run_dir = Path(run_dir)
-    w = ReportWriter(Path(out_dir) if out_dir is not None else run_dir / "report")
+    w = ReportWriter(Path(out_dir) if out_dir is not None else run_dir / "report", run_dir=run_dir)
     w.out_dir.mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
     scores = load_scores(run_dir)
@@ -304,7 +309,7 @@ def headline(run_dir: str | Path) -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {"arena_sessions_it0": int((frame[ITERATION] == 0).sum())}
     effect = control.control_effect(frame_all)
-    if len(effect):  # the pooled row (or the only group's): the feedback's gain over the control's
+    if len(effect):  # the primary row (the pooled one, or the only cell): the loop's gain over the control's
         row = effect.iloc[-1]
         out.update(arena_effect=row["effect"], arena_effect_lo=row["effect_lo"], arena_effect_hi=row["effect_hi"],
                    arena_effect_p=row["p"])

@@ -52,13 +52,17 @@ def _effect_part(w: ReportWriter, sec: Section, frame_all: pd.DataFrame) -> None
                "with <code>optimize.control=true</code> (on in <code>experiment=arena</code>) for the effect.")
         return
     w.table(sec, eff.set_index([COUNSELOR, VARIANT]), "optimization_effect",
-            "The feedback's effect over the control arm (the loop's headline)",
-            "Over every chain whose iteration-0 pass is known (n), each chain counted at its latest evaluated "
-            "session after the last iteration in each arm. gain = after - before in each arm; effect = "
-            "gain_feedback - gain_control = pass_feedback - pass_control; effect_lo / effect_hi: its 95% interval, "
-            f"{control.CI_METHOD}. fb_only / ctl_only: chains passing in one arm only; p: two-sided exact McNemar "
-            "test of fb_only against fb_only + ctl_only. An effect whose interval holds 0 (or p >= 0.05) is not "
-            "told from re-running alone.", digits=3)
+            "The loop's effect over re-running (the headline; the (all) row is the primary result)",
+            "The feedback arm drafts, reflects on and rewrites each counselor turn with the feedback; the control "
+            "re-runs plain turns with no feedback: the effect is the whole loop's over re-running, not the "
+            "feedback's content alone. Over every chain whose iteration-0 pass is known (n; n_cards: the cards "
+            "among them), each chain counted at its latest evaluated session after the last iteration in each arm. "
+            "gain = after - before in each arm; effect = gain_feedback - gain_control = pass_feedback - "
+            "pass_control; fb_only / ctl_only: chains passing in one arm only. effect_lo / effect_hi: the 95% "
+            f"interval ({control.CI_METHOD}). The cells (role cell, one per counselor and variant) are one family: "
+            "p is each cell's two-sided exact McNemar p, p_holm the same adjusted for multiplicity by Holm's "
+            "method over the cells; read a cell by p_holm (its interval is a 95% one alone and agrees with the raw p). An effect whose interval holds 0 (p >= 0.05 in the "
+            "primary row, p_holm >= 0.05 in a cell) is not told from re-running alone.", digits=3)
     w.table(sec, control.arm_tables(frame_all).set_index([COUNSELOR, VARIANT, "arm"]), "optimization_arms",
             "Before (iteration 0) and after (the last iteration) in each arm, over every chain",
             "Wilson 95% intervals; rerun: chains the arm re-ran at least once. The control arm re-runs the "

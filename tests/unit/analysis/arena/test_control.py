@@ -3,7 +3,6 @@ every number below is worked out by hand from the chains' outcomes (`helpers.CON
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pandas as pd
@@ -45,7 +44,8 @@ def test_the_effect_is_the_feedback_gain_minus_the_controls_over_every_chain(fra
     assert (row["fb_only"], row["ctl_only"]) == (3, 1)
     # two-sided exact McNemar: 2 x P(X <= 1), X ~ Binomial(4, 1/2) = 2 x (1 + 4) / 16
     assert row["p"] == pytest.approx(10 / 16)
-    assert row["effect_lo"] < 2 / 6 < row["effect_hi"] and -1 <= row["effect_lo"] and row["effect_hi"] <= 1
+    assert row["effect_lo"] < 0 < 2 / 6 < row["effect_hi"] <= 1  # p >= 0.05: the interval holds 0
+    assert row["role"] == control.PRIMARY and row["p_holm"] == pytest.approx(10 / 16)  # the only cell
 
 
 def test_both_arms_before_and_after_over_every_chain(frame):
@@ -53,18 +53,6 @@ def test_both_arms_before_and_after_over_every_chain(frame):
     assert list(t.index) == ["feedback", "control"]
     assert t.loc["feedback", ["n", "n_pass_before", "n_pass_after", "rerun"]].tolist() == [6, 1, 5, 5]
     assert t.loc["control", ["n", "n_pass_before", "n_pass_after", "rerun"]].tolist() == [6, 1, 3, 5]
-
-
-def test_the_bootstrap_interval_agrees_with_the_normal_one_on_many_chains():
-    # 400 chains: d = +1 on 120, -1 on 40, 0 on 240: mean 0.2, E[d^2] = 0.4, sd = sqrt(0.4 - 0.04) = 0.6,
-    # standard error 0.6 / 20 = 0.03, normal 95% interval 0.2 -/+ 1.96 x 0.03 = [0.1412, 0.2588]
-    d = np.array([1] * 120 + [-1] * 40 + [0] * 240)
-    lo, hi = control.bootstrap_ci(d)
-    assert lo == pytest.approx(0.2 - 1.959964 * 0.03, abs=0.008)
-    assert hi == pytest.approx(0.2 + 1.959964 * 0.03, abs=0.008)
-    assert control.bootstrap_ci(d) == (lo, hi)  # seeded: the same report twice
-    assert control.bootstrap_ci(np.array([1, 1, 1])) == (1.0, 1.0)  # nothing to vary
-    assert all(math.isnan(x) for x in control.bootstrap_ci(np.array([])))
 
 
 def test_a_run_without_control_has_no_effect_table(frame):
@@ -82,5 +70,51 @@ def test_two_groups_get_a_pooled_row(frame):
     pooled = eff.iloc[-1]
     assert pooled["n"] == 12 and pooled["effect"] == pytest.approx(4 / 12)
     assert (pooled["fb_only"], pooled["ctl_only"]) == (6, 2)
-    # 2 x P(X <= 2), X ~ Binomial(8, 1/2) = 2 x (1 + 8 + 28) / 256
-    assert pooled["p"] == pytest.approx(2 * 37 / 256)
+    # cards as the unit: each card is in two chains, D_k = 2 (c1, c5, c6), -2 (c4), 0 (c2, c3): S = 4,
+    # sum D_k^2 = 16, Durkalski's X^2 = 16/16 = 1, p = 2(1 - Phi(1)) = 0.317311, larger than the exact
+    # McNemar p over chains, 2 x P(X <= 2), X ~ Binomial(8, 1/2) = 2 x (1 + 8 + 28) / 256 = 0.289063
+    assert pooled["p"] == pytest.approx(0.317311, abs=1e-5) and pooled["n_cards"] == 6
+    # the clustered interval: 144 - 24 z^2 = 51.804988, -2(12 x 4 - 8 z^2) = -34.536659, 16 - 16 z^2 =
+    # -45.463341: roots -0.660999 and 1.327666 (clipped to 1); the chains' own interval lies inside it
+    assert (pooled["effect_lo"], pooled["effect_hi"]) == pytest.approx((-0.660999, 1.0), abs=1e-5)
+    assert pooled["role"] == control.PRIMARY and np.isnan(pooled["p_holm"])
+    # the two cells, p = 10/16 each, are one family: Holm 2 x 0.625 -> 1, then max(1, 0.625) = 1
+    assert list(eff["role"][:2]) == [control.CELL] * 2 and eff["p_holm"][:2].tolist() == [1.0, 1.0]
+
+
+def _chains_frame(cells: dict[tuple[str, str], list[tuple[str, bool, bool, bool]]]) -> pd.DataFrame:
+    """A session frame from chains (card, before, feedback after, control after): iteration 0, one
+    feedback re-run and one control re-run each."""
+    rows = []
+    for (counselor, variant), chains in cells.items():
+        for card, before, fb, ctl in chains:
+            base = {"card_id": card, "counselor": counselor, "variant": variant}
+            rows += [{**base, "session_id": f"{card}|{counselor}|{variant}|it0", "iteration": 0, "control": False,
+                      "overall_pass": before},
+                     {**base, "session_id": f"{card}|{counselor}|{variant}|it1", "iteration": 1, "control": False,
+                      "overall_pass": fb},
+                     {**base, "session_id": f"{card}|{counselor}|{variant}|ctl1", "iteration": 1, "control": True,
+                      "overall_pass": ctl}]
+    return pd.DataFrame(rows)
+
+
+def test_the_cells_are_adjusted_by_holm_and_the_pool_takes_cards_as_its_unit():
+    cards = [f"k{i}" for i in range(10)]
+    frame = _chains_frame({
+        ("m1", "psycho"): [(k, False, True, False) for k in cards],  # 10 vs 0
+        ("m2", "psycho"): [(k, False, i < 5, False) for i, k in enumerate(cards)],  # 5 vs 0
+        ("m3", "psycho"): [(k, False, i == 5, i == 6) for i, k in enumerate(cards)],  # 1 vs 1
+    })
+    eff = control.control_effect(frame).set_index("counselor")
+    # raw exact p: 2/1024 = 0.001953, 2/32 = 0.0625, 1.0; Holm: 3 x 0.001953 = 0.005859, 2 x 0.0625 = 0.125,
+    # 1 x 1.0 = 1.0 (each at least the one before)
+    assert eff.loc[["m1", "m2", "m3"], "p"].tolist() == pytest.approx([2 / 1024, 0.0625, 1.0])
+    assert eff.loc[["m1", "m2", "m3"], "p_holm"].tolist() == pytest.approx([6 / 1024, 0.125, 1.0])
+    pooled = eff.loc[control.ALL]
+    # per card D_k: k0..k4 2, k5 2, k6 0, k7..k9 1: S = 15, sum D_k^2 = 27, X^2 = 225/27 = 8.3333,
+    # p = 2(1 - Phi(2.886751)) = 0.003892, larger than the chains' exact 2 x 17 / 2^17 = 0.000259
+    assert pooled["p"] == pytest.approx(0.003892, abs=1e-6) and (pooled["n"], pooled["n_cards"]) == (30, 10)
+    # clustered interval: 900 - 90 z^2 = 554.268706, -2(30 x 15 - 45 z^2) = -554.268706, 225 - 27 z^2 =
+    # 121.280612: roots 1/2 -+ sqrt(1 - 4 x 121.280612 / 554.268706) / 2 = 0.323399 and 0.676601; the
+    # union with the chains' interval reaches at least as far
+    assert 0 < pooled["effect_lo"] <= 0.323399 + 1e-6 and pooled["effect_hi"] >= 0.676601 - 1e-6
