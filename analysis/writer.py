@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.provenance import provenance_html
 from analysis.render import to_html, write_table
 
 CSS_STYLE = """
@@ -49,8 +50,9 @@ class Section:
 class ReportWriter:
     """Collects sections and writes each table (CSV + Markdown) and figure as it is added."""
 
-    def __init__(self, out_dir: Path):
+    def __init__(self, out_dir: Path, run_dir: Path | None = None):
         self.out_dir = out_dir
+        self.run_dir = run_dir  # its run.json's record of what produced the run heads the page
         self.tables_dir = out_dir / "tables"
         self.figures_dir = out_dir / "figures"
         self.sections: list[Section] = []
@@ -81,11 +83,12 @@ class ReportWriter:
         self.text(sec, html.escape(why), "missing")
 
     def html(self, title: str, header: str) -> str:
+        provenance = provenance_html(self.run_dir) if self.run_dir is not None else ""
         toc = "".join(f'<li><a href="#{s.id}">{html.escape(s.title)}</a></li>' for s in self.sections)
         body = "".join(f'<section id="{s.id}"><h2>{html.escape(s.title)}</h2>{"".join(s.parts)}</section>'
                        for s in self.sections)
         return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-                f"<style>{CSS_STYLE}</style></head><body><h1>{html.escape(title)}</h1>{header}"
+                f"<style>{CSS_STYLE}</style></head><body><h1>{html.escape(title)}</h1>{provenance}{header}"
                 f"<nav><ol>{toc}</ol></nav>{body}</body></html>")
 
     def write(self, title: str, header: str, name: str = "report.html") -> Path:

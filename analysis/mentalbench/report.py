@@ -285,7 +285,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
         rubric: the rubric whose scores are analysed (default: `data.run_rubric` of the scores).
     """
     run_dir = Path(run_dir)
-    w = ReportWriter(Path(out_dir) if out_dir is not None else run_dir / "report")
+    w = ReportWriter(Path(out_dir) if out_dir is not None else run_dir / "report", run_dir=run_dir)
     w.out_dir.mkdir(parents=True, exist_ok=True)
     all_scores = load_scores(run_dir)
     rub = run_rubric(all_scores) if rubric is None else load_rubric(rubric) if isinstance(rubric, str) else rubric

@@ -306,7 +306,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
         single_turn_rubric: the single-turn (CounselBench-Adv) preference rubric, likewise.
     """
     run_dir = Path(run_dir)
-    w = ReportWriter(Path(out_dir) if out_dir is not None else run_dir / "report")
+    w = ReportWriter(Path(out_dir) if out_dir is not None else run_dir / "report", run_dir=run_dir)
     w.out_dir.mkdir(parents=True, exist_ok=True)
     dialogues = load_dialogues(run_dir)
     profiles = load_profiles(run_dir)
