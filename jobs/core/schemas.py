@@ -163,18 +163,20 @@ RUN_FIELDS = [
     pa.field("created_at", pa.timestamp("us", tz="UTC")),
 ]
 
+# One answer per (context, responder): each model's, and a dataset's human reference answer as
+# the responder "human".
 RESPONSES = Table(
     name="responses",
     key=("context_id", "model"),
     schema=pa.schema(
         [
-            pa.field("context_id", pa.string(), nullable=False),
-            pa.field("model", pa.string(), nullable=False),
-            pa.field("model_display", pa.string()),
-            pa.field("dataset", pa.string()),
-            pa.field("prompt_version", pa.string()),
-            pa.field("response", pa.string()),
-            pa.field("reasoning", pa.string()),
+            pa.field("context_id", pa.string(), nullable=False),  # the context answered (CONTEXTS' key)
+            pa.field("model", pa.string(), nullable=False),       # the model file's name, or "human"
+            pa.field("model_display", pa.string()),   # the model file's display name
+            pa.field("dataset", pa.string()),         # the dataset the context came from
+            pa.field("prompt_version", pa.string()),  # the prompt file's version
+            pa.field("response", pa.string()),        # the answer (a reasoning block removed where the model file says so)
+            pa.field("reasoning", pa.string()),       # a removed <think> block, if any
             *CALL_FIELDS,
             *GENERATION_FIELDS,
             *RUN_FIELDS,
@@ -192,15 +194,15 @@ CONTEXTS = Table(
         [
             pa.field("context_id", pa.string(), nullable=False),
             pa.field("source", pa.string(), nullable=False),  # the dataset's name
-            pa.field("source_id", pa.string()),
+            pa.field("source_id", pa.string()),       # the row's id in its source file
             pa.field("sensitivity", pa.string()),  # public | restricted; missing reads as restricted
-            pa.field("context", pa.string(), nullable=False),
-            pa.field("human_response", pa.string()),
+            pa.field("context", pa.string(), nullable=False),  # the help-seeking message
+            pa.field("human_response", pa.string()),  # the dataset's human answer, if it has one
             pa.field("context_words", pa.int64()),
             pa.field("response_words", pa.int64()),
-            pa.field("labels", pa.list_(pa.string())),
-            pa.field("labeler", pa.string()),
-            pa.field("split", pa.string()),
+            pa.field("labels", pa.list_(pa.string())),  # condition labels (curation's labeler)
+            pa.field("labeler", pa.string()),         # the model that labelled, if any
+            pa.field("split", pa.string()),           # train | dev | test, where curated
             *CALL_FIELDS,
             *RUN_FIELDS,
         ]
