@@ -7,6 +7,9 @@ counselors' sampling), `run_dir`, plus `rounds`, `variants` and `iterations`.
 
 from __future__ import annotations
 
+import hashlib
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from jobs.config import RunConfig
@@ -24,6 +27,21 @@ def language_note(language: str) -> str:
     if language == "en":
         return ""
     return f"\n\nWrite everything you write in {LANGUAGE_NAMES.get(language, language)}."
+
+
+def session_seed(base: int, session_id: str) -> int:
+    """A session's sampling seed: `base` plus the first four bytes of sha256(session id), modulo
+    2^31 (what engines accept). Why not `base` itself: a control re-run sends iteration 0's
+    messages again, so under one seed for every session an engine that honors it returns the same
+    transcript and scores, and the control arm's gain is 0 by construction."""
+    return (base + int.from_bytes(hashlib.sha256(session_id.encode("utf-8")).digest()[:4], "big")) % 2 ** 31
+
+
+def seeded(generation: dict[str, Any], session_id: str) -> dict[str, Any]:
+    """`generation` with its seed, if any, made the session's own (`session_seed`)."""
+    if generation.get("seed") is None:
+        return generation
+    return {**generation, "seed": session_seed(int(generation["seed"]), session_id)}
 
 
 class ArenaRunConfig(RunConfig):

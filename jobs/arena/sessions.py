@@ -22,6 +22,9 @@ under test; both sides see the whole history):
    stopped and why (its completed rounds are kept; re-running resumes it from its last turn and
    rewrites its row).
 
+A fixed sampling seed (`generation.seed`, `client_generation.seed`) is each session's own
+(`jobs.arena.common.session_seed`, recorded in its row): see there why.
+
 A session has its rounds: the stop token is honored only from the last turn on (`min_turns` =
 `max_turns` = 2 x rounds), where the cap ends the session anyway. The paper runs every session for
 the same number of rounds, and the three scales compare sessions of equal length; a counselor (or
@@ -40,7 +43,7 @@ from pydantic import Field
 
 from jobs.core.base import StrictModel
 
-from jobs.arena.common import ArenaRunConfig, language_note
+from jobs.arena.common import ArenaRunConfig, language_note, seeded
 from jobs.arena.phases import load_phases, round_phases
 from jobs.arena.schemas import CARDS, ROLE_CLIENT, ROLE_COUNSELOR, SESSIONS, session_id
 from jobs.arena.selection import planned_card_count, selected_ids
@@ -211,10 +214,10 @@ def build_specs(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsConf
         specs.append(DialogueSpec(
             dialogue_id=plan.session_id, context_id=plan.card_id,
             agents=[AgentSpec(role=CLIENT, label=LABELS[CLIENT], model=cfg.client_model, template=client_template,
-                              generation=cfg.client_generation.as_dict()),
+                              generation=seeded(cfg.client_generation.as_dict(), plan.session_id)),
                     AgentSpec(role=COUNSELOR, label=LABELS[COUNSELOR], model=plan.counselor,
                               system=plan.counselor_prompt, template=turn_templates[plan.variant],
-                              generation=generation[plan.counselor], revisions=steps)],
+                              generation=seeded(generation[plan.counselor], plan.session_id), revisions=steps)],
             rules=rules, tested_role=COUNSELOR, variant=plan.variant, prompt_version=cfg.prompt_version,
             fields={"card": card["rendered"], "rounds": str(cfg.rounds), "theme": _text(card.get("theme")),
                     "topic": _text(card.get("topic")), **extra},

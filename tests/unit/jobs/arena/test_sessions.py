@@ -11,6 +11,7 @@ hold whatever the bundled prompts say.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -182,6 +183,30 @@ def test_specs_carry_the_card_the_agents_and_rules_of_a_fixed_length_session(tmp
     assert (r.min_turns, r.max_turns, r.final_reply, r.max_regenerations) == (50, 50, False, 2)
     assert not r.honors_stop("counselor", 48) and not r.honors_stop("client", 49)  # never ends early
     assert r.phase(16).name == "trust_building" and r.phase(17).name == "diagnosis" and r.phase(37).name == "solution_exploration"
+
+
+def test_a_fixed_seed_is_made_each_sessions_own_so_a_control_rerun_is_not_iteration_0_again(tmp_path, conf):
+    """Regression: every call carried `generation.seed` as is, so a control re-run (iteration 0's
+    messages again) came back with iteration 0's transcript and the control's gain was 0."""
+    write_cards(tmp_path / "run", {"c1": "public"})
+    cfg = _cfg(tmp_path, generation={"seed": 7, "temperature": 0.7}, client_generation={"seed": 11})
+    cards = ok_cards(tmp_path / "run")
+    first = base_plans(cards, cfg)[0]
+    reruns = [first.model_copy(update={"session_id": f"c1|m1|vanilla|{tag}", "iteration": 1,
+                                       "parent_session_id": first.session_id}) for tag in ("ctl1", "ctl2")]
+    specs, _ = build_specs([first, *reruns], cards, cfg)
+
+    def by_hand(base: int, sid: str) -> int:  # base + the first 4 bytes of sha256(id), big-endian, mod 2^31
+        return (base + int(hashlib.sha256(sid.encode()).hexdigest()[:8], 16)) % 2 ** 31
+
+    for spec in specs:
+        client, counselor = spec.agents
+        assert counselor.generation == {"seed": by_hand(7, spec.dialogue_id), "temperature": 0.7}
+        assert client.generation == {"seed": by_hand(11, spec.dialogue_id)}
+    assert len({s.agents[1].generation["seed"] for s in specs}) == 3  # iteration 0 and each re-run differ
+    # no seed set: none is made up
+    plain, _ = build_specs([first], cards, _cfg(tmp_path, generation={"temperature": 0.7}))
+    assert plain[0].agents[1].generation == {"temperature": 0.7} and plain[0].agents[0].generation == {}
 
 
 def test_a_plan_whose_card_is_unknown_names_the_session_and_the_card(tmp_path, conf):
