@@ -166,3 +166,11 @@ def test_a_broken_reference_is_named_with_its_file_and_line(tmp_path: Path) -> N
     assert any("make no-such-target" in e for e in errors)
     assert any("no_such_rubric.yaml" in e for e in errors)
     assert any("missing.md" in e for e in errors)
+
+
+def test_the_index_links_every_page() -> None:
+    """docs/README.md is the way in: a page it does not link is a page nobody finds."""
+    index = ROOT / "docs" / "README.md"
+    linked = {t.split("#", 1)[0] for t in _LINK.findall(index.read_text(encoding="utf-8"))}
+    missing = [p.name for p in sorted((ROOT / "docs").glob("*.md")) if p != index and p.name not in linked]
+    assert not missing, f"docs/README.md does not link: {', '.join(missing)}"
