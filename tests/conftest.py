@@ -103,3 +103,37 @@ def shared_data() -> Path:
         pytest.fail(f"shared data folder {SHARED_DATA} is absent: clone the repository beside "
                     "shared/ (CI does), or run without the tests that need it")
     return SHARED_DATA
+
+
+_OWNS_RUN_MARK = False
+
+
+def pytest_configure(config) -> None:
+    global _OWNS_RUN_MARK
+    from tests.leftovers import mark_run
+
+    _OWNS_RUN_MARK = mark_run()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Fail the run if a server it started is still running (tests/leftovers.py), and end it."""
+    from tests import leftovers
+
+    if not _OWNS_RUN_MARK or not sys.platform.startswith("linux"):
+        return
+    marker = os.environ[leftovers.RUN_MARKER]
+    found = leftovers.settle(marker)
+    if not found:
+        return
+    lines = [f"{len(found)} server process(es) started by this test run still running at its end "
+             "(killed now):"] + [f"  {f.describe()}" for f in found]
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.section("leftover processes", sep="!", red=True, bold=True)
+        for line in lines:
+            reporter.write_line(line, red=True)
+    else:
+        print("\n".join(lines), file=sys.stderr)
+    leftovers.kill(marker)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -9,24 +9,24 @@ whose tail is quoted in every error, so a server that fails says why.
 
 from __future__ import annotations
 
-import ctypes
+import atexit
 import logging
 import os
-import signal
 import socket
 import subprocess
-import sys
+import threading
 import time
+import weakref
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from serving.engines.spawn import spawn
+
 log = logging.getLogger(__name__)
 
 __all__ = ["ServerProcess", "ServerStartError", "free_port", "log_tail"]
-
-_PR_SET_PDEATHSIG = 1
 
 
 class ServerStartError(RuntimeError):
@@ -49,14 +49,21 @@ def log_tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-# Resolved here, in the parent: between fork and exec (a Serve replica has many threads) the
-# child must not load libraries, only call what is already loaded.
-_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+# Servers still running when the owner's interpreter exits: stopped by `_stop_running` (SIGTERM
+# first), before the parent-death SIGKILL that the owner's exit would send them.
+_running: "weakref.WeakSet[ServerProcess]" = weakref.WeakSet()
+_running_lock = threading.Lock()
+EXIT_GRACE_S = 5.0
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def _stop_running() -> None:
+    with _running_lock:
+        servers = list(_running)
+    for server in servers:
+        server.stop(grace_s=EXIT_GRACE_S)
+
+
+atexit.register(_stop_running)
 
 
 def omp_env(engine_kwargs: dict[str, Any]) -> dict[str, str]:
@@ -112,11 +119,12 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
             try:
-                self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=out,
-                                             stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
-                                             env={**os.environ, **self.env} if self.env else None)
+                self.proc = spawn(self.command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                  env={**os.environ, **self.env} if self.env else None)
             except OSError as exc:
                 raise ServerStartError(self.describe(f"could not run the server: {exc}")) from exc
+        with _running_lock:
+            _running.add(self)
         log.info("started %s (pid %d), log %s", self.binary, self.proc.pid, self.log_path)
         deadline = time.monotonic() + timeout_s
         while True:
@@ -162,4 +170,6 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait()
             log.info("stopped %s (pid %d)", self.binary, self.proc.pid)
+        with _running_lock:
+            _running.discard(self)
         return self.proc.returncode
