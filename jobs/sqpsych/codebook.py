@@ -4,23 +4,29 @@
 `hama.yaml`: item titles, the meaning of each value, total -> severity band, with their sources)
 and `demographics.yaml` (which fields the profile shows, their labels, categorical codes ->
 words). `Codebook.render(record)` turns a record into the profile text the therapist and client
-prompts read (`{questionnaire}`), laid out like the SQPsych paper's Figure 8 (its fields in its
-order and wording, as far as the authors' example record shows them; demographics.yaml says
-which are Figure 8's), with any record field or cohort column the codebook does not name shown
-as `name: value` after them:
+prompts read (`{questionnaire}`), in the form of the SQPsych paper's Figure 8: its 42 lines in
+its order and wording, then the record's other fields under a line saying they are not the
+figure's, then each questionnaire as the figure prints the BDI:
 
-    # Patient information
+    Patient information
     Test subject: syn-0001
-    Year of birth: 1981
     ...
-    ## Questionnaire BDI
-    Question BDI1: Sadness
-    Answer: I often feel down or sad.
+    Who?: not applicable
+    Extra information (not in the paper's Figure 8):
+    Age: 35
     ...
-    Total Score: 14 - mild to moderate depression
+    Questionnaire BDI
+    Description: Beck Depression Inventory
+    Question BDI1: Answer: I often feel down or sad.
+    ...
+    Question BDI_DIAET: I deliberately eat less to lose weight Answer: No
+    ...
+    Depression's severity according to Beck Depression Inventory: Total Score: 14 - BDI questionnaire indicates that the patient has mild to moderate depression
 
-The BDI is the paper's BDI-I (with its supplementary diet question BDI_DIAET after item 19),
-not the BDI-II. A field or answer the record lacks reads "not recorded".
+The figure's BDI questions carry no item title; the HAM-D and HAM-A, which it does not show,
+keep theirs ("Question HAMA1: Anxious mood: worries, ... Answer: Mild."), as their answers are
+the rater's anchors, which mean nothing without the item. The BDI is the paper's BDI-I, not the
+BDI-II. A field or answer the record lacks reads "not recorded".
 
 A codebook file is checked against the scale's structure (`records.SCALES`) when it is loaded:
 every item present, every value of its range described, the bands covering 0..max total without
@@ -77,8 +83,16 @@ class ScaleCodebook(StrictModel):
 
     scale: str = Field(description="bdi, hamd or hama: the record field it describes.")
     title: str
+    description: str = Field(min_length=1, description="The block's `Description:` line (Figure 8: "
+                             "\"Beck Depression Inventory\").")
+    item_titles: bool = Field(True, description="Each question line names its item (\"Question HAMA1: Anxious "
+                              "mood: ... Answer: ...\"); false: the code only, as Figure 8's BDI.")
+    severity_line: str = Field(
+        min_length=1, description="The block's last line; `{total}` and `{band}` are filled (Figure 8: "
+        "\"Depression's severity according to Beck Depression Inventory: Total Score: {total} - BDI "
+        "questionnaire indicates that the patient has {band}\"). A total not computed fills `{total} - ` "
+        "with what is missing.")
     citation: str = Field(min_length=1, description="Where the items, anchors and bands come from.")
-    total_label: str = "Total Score"
     unit: str = Field(description="What the bands grade (depression, anxiety).")
     bands: list[Band] = Field(min_length=1, description="Total score -> severity, in order.")
     items: dict[str, ItemCodebook]
@@ -121,6 +135,18 @@ class ScaleCodebook(StrictModel):
     def answer(self, code: str, value: int) -> str:
         return self.items[code].values[value]
 
+    def question_line(self, code: str, value: int | None) -> str:
+        answer = NOT_RECORDED if value is None else self.answer(code, value)
+        title = f" {self.items[code].question()}" if self.item_titles else ""
+        return f"Question {code}:{title} Answer: {answer}"
+
+    def total_line(self, total: int | None, missing: int) -> str:
+        if total is None:
+            # The template's "{total} - {band}" becomes "not computed (N item(s) not recorded)".
+            head = self.severity_line.split("{total}")[0]
+            return f"{head}not computed ({missing} item(s) not recorded)"
+        return self.severity_line.replace("{total}", str(total)).replace("{band}", self.band(total))
+
 
 OTHER = "*"  # a code list's entry for every value it does not list; `{value}` is the value
 # Record fields a profile never shows as a line of their own: the split is the project's, the
@@ -130,7 +156,12 @@ NOT_SHOWN = ("split", "bdi_diet")
 
 class DemographicsCodebook(StrictModel):
     title: str = "Patient information"
-    fields: dict[str, str] = Field(description="Record field -> label, in the profile's order.")
+    fields: dict[str, str] = Field(description="Record field -> label, in the profile's order: each shown, "
+                                   "\"not recorded\" when the record lacks it.")
+    extra_title: str = Field("Extra information:", description="The line before `extra_fields`.")
+    extra_fields: dict[str, str] = Field(
+        default_factory=dict, description="Record field -> label of the fields shown after `fields`, under "
+        "`extra_title`, only when the record has a value.")
     codes: dict[str, dict[str, str]] = Field(
         default_factory=dict, description="Per field: code -> words; other values are shown as written, or "
         "by the list's \"*\" entry (`{value}`: the value).")
@@ -140,9 +171,12 @@ class DemographicsCodebook(StrictModel):
     @model_validator(mode="after")
     def _known_fields(self) -> "DemographicsCodebook":
         known = set(FLAT_FIELDS)
-        unknown = sorted((set(self.fields) | set(self.codes) | set(self.code_shown)) - known)
+        unknown = sorted((set(self.fields) | set(self.extra_fields) | set(self.codes) | set(self.code_shown)) - known)
         if unknown:
             raise ValueError(f"unknown record fields {unknown}; known: {sorted(known)}")
+        both = sorted(set(self.fields) & set(self.extra_fields))
+        if both:
+            raise ValueError(f"fields {both} are in both `fields` and `extra_fields`; list each once")
         return self
 
     def words(self, field: str, value: object) -> str:
@@ -158,8 +192,8 @@ class DemographicsCodebook(StrictModel):
     def unnamed(self, record: ClientRecord) -> list[str]:
         """The record's fields with a value that this codebook does not list (a cohort column
         mapped to a field a shortened codebook left out): shown by name, never dropped."""
-        return [f for f in FLAT_FIELDS if f not in self.fields and f not in NOT_SHOWN
-                and _value(record, f) not in (None, "")]
+        return [f for f in FLAT_FIELDS if f not in self.fields and f not in self.extra_fields
+                and f not in NOT_SHOWN and _value(record, f) not in (None, "")]
 
 
 class Codebook:
@@ -178,46 +212,44 @@ class Codebook:
 
     def patient_block(self, record: ClientRecord) -> list[str]:
         """Every field the codebook lists, in its order (one the record lacks says "not
-        recorded": real cohorts have gaps; the client is kept); then, by name, what the record
-        holds that the codebook does not name: its other fields, and the cohort's columns that
-        no field maps (`record.extra`), as `name: value`."""
-        lines = [f"# {self.demographics.title}"]
+        recorded": real cohorts have gaps; the client is kept); then, under the extra title, the
+        extra fields the record has a value for, the record's fields the codebook does not name
+        (by field name) and the cohort's columns that no field maps (`record.extra`), as
+        `name: value`."""
+        lines = [self.demographics.title]
         for field, label in self.demographics.fields.items():
             value = self._field_value(record, field)
             lines.append(f"{label}: {NOT_RECORDED if value is None else value}")
-        lines += [f"{field}: {self.demographics.words(field, _value(record, field))}"
+        extra = [f"{label}: {value}" for field, label in self.demographics.extra_fields.items()
+                 if (value := self._field_value(record, field)) is not None]
+        extra += [f"{field}: {self.demographics.words(field, _value(record, field))}"
                   for field in self.demographics.unnamed(record)]
-        lines += [f"{column}: {value}" for column, value in record.extra.items() if str(value).strip()]
-        return lines
+        extra += [f"{column}: {value}" for column, value in record.extra.items() if str(value).strip()]
+        return lines + ([self.demographics.extra_title] + extra if extra else [])
 
     def questionnaire_block(self, record: ClientRecord, scale: str) -> list[str]:
         values = getattr(record, scale)
         if values is None:
             return []
         book = self.scales[scale]
-        lines = [f"## Questionnaire {SCALES[scale].prefix}"]
+        lines = [f"Questionnaire {SCALES[scale].prefix}", f"Description: {book.description}"]
         extras = {extra.after: (code, extra) for code, extra in book.supplementary.items()}
         for code, value in values.items():
-            lines.append(f"Question {code}: {book.items[code].question()}")
-            lines.append(f"Answer: {NOT_RECORDED if value is None else book.answer(code, value)}")
+            lines.append(book.question_line(code, value))
             if code in extras:
                 extra_code, extra = extras[code]
                 answer = getattr(record, extra.field)
-                lines.append(f"Question {extra_code}: {extra.title}")
-                lines.append(f"Answer: {NOT_RECORDED if answer is None else extra.values[answer]}")
-        total = record.total(scale)
-        if total is None:
-            missing = len(record.not_recorded(scale))
-            lines.append(f"{book.total_label}: not computed ({missing} item(s) not recorded)")
-        else:
-            lines.append(f"{book.total_label}: {total} - {book.band(total)}")
+                lines.append(f"Question {extra_code}: {extra.title} Answer: "
+                             f"{NOT_RECORDED if answer is None else extra.values[answer]}")
+        lines.append(book.total_line(record.total(scale), len(record.not_recorded(scale))))
         return lines
 
     def render(self, record: ClientRecord) -> str:
-        """The profile text of one client (questionnaires not taken are left out)."""
+        """The profile text of one client, one line a field as Figure 8 prints it (no blank
+        lines; questionnaires not taken are left out)."""
         blocks = [self.patient_block(record)]
         blocks += [self.questionnaire_block(record, s) for s in SCALE_ORDER]
-        return "\n\n".join("\n".join(b) for b in blocks if b) + "\n"
+        return "\n".join(line for b in blocks for line in b) + "\n"
 
 
 def _value(record: ClientRecord, field: str) -> object:

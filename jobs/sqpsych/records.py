@@ -152,6 +152,16 @@ class Demographics(StrictModel):
     household_income: int | None = Field(None, ge=0, description="Net monthly household income, euros.")
     occupation: str | None = Field(None, description="Current occupation (code or text).")
     social_contacts: str | None = Field(None, description="How often the client has social contacts (code or text).")
+    # Figure 8's own lines that the fields above do not carry: years of education, the BMI as the
+    # figure gives it (a WHO category, not a number), sick leave as a duration, and twins among
+    # the first-degree family (not whether the client is a twin).
+    education_years: int | None = Field(None, ge=0, le=40, description="Years of education.")
+    bmi_category: str | None = Field(None, description="Body mass index category: a code (underweight, normal, "
+                                     "overweight, obesity_1, obesity_2, obesity_3) or text.")
+    sick_leave_months: int | None = Field(None, ge=0, description="Duration of sick leave due to mental health "
+                                          "problems, months.")
+    family_twins: str | None = Field(None, description="Twins in the first-degree family: yes / no / unknown.")
+    family_twins_who: str | None = Field(None, description="Who the twins are (text), or none.")
 
 
 class ClinicalHistory(StrictModel):
@@ -185,6 +195,14 @@ class ClinicalHistory(StrictModel):
     relative_illness: str | None = Field(None, description="The relative's illness (text), or none.")
     relative_treated: str | None = Field(None, description="The relative was ever treated for it: yes / no / none.")
     antidepressant: str | None = Field(None, description="Uses or used prescription antidepressants: yes / no.")
+    # Figure 8's diagnostic lines beside MDD: eating disorder and PTSD, current and lifetime, and
+    # whether any comorbidity is present (`comorbidity` above names it).
+    eating_disorder_current: str | None = Field(None, description="Currently suffering from an eating disorder: yes / no.")
+    eating_disorder_lifetime: str | None = Field(None, description="An eating disorder in the lifetime: yes / no.")
+    ptsd_current: str | None = Field(None, description="Currently suffering from PTSD: yes / no.")
+    ptsd_lifetime: str | None = Field(None, description="PTSD in the lifetime: yes / no.")
+    any_comorbidity: str | None = Field(None, description="At least one comorbid diagnosis: yes / no.")
+    depressive_months: int | None = Field(None, ge=0, description="Duration in depressive state, months.")
 
 
 class ClientRecord(StrictModel):

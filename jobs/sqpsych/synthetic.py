@@ -12,9 +12,10 @@ around the middle of the range, and every item of the three questionnaires is dr
 they are in clinical samples, controls' totals fall mostly in the minimal / normal bands and MDD
 clients' mostly in the mild to severe ones. Demographics and history follow the group (e.g. MDD
 clients have episodes, an onset age, a DSM-IV code whose severity digit follows their HAM-D,
-medication in most cases). Every field of the paper's Figure 8 record is generated (parents, siblings,
-income, occupation, the diagnostic and family-risk lines, BMI, sick leave, twin status), each
-consistent with the others. These are modelling choices, not estimates from a real cohort.
+medication in most cases). Every one of the paper's Figure 8 lines is generated (education, BMI
+category, the diagnostic and comorbidity lines, episodes and durations, sick leave, income,
+occupation, parents' education, the relative questions, siblings, brothers, twins in the family),
+and the project's further fields, each consistent with the others. These are modelling choices, not estimates from a real cohort.
 
 The same `(size, seed)` gives the same cohort, record for record. The records come in a seeded
 random order with ids `syn-0001`, ... so that the first N (`dataset.limit=N`) mix both groups.
@@ -210,6 +211,53 @@ def _figure8_fields(rng: np.random.Generator, group: str, age: int, siblings: in
     return dict(demographics=demographics, history=history)
 
 
+# Years of schooling and training a highest qualification takes (German system, the cohort's).
+EDUCATION_YEARS = {"none": (8, 10), "lower_secondary": (9, 11), "secondary": (10, 12), "upper_secondary": (12, 14),
+                   "vocational": (12, 15), "university": (16, 20)}
+# WHO's adult BMI classes, upper bounds: the codes of demographics.yaml's `bmi_category`.
+BMI_CLASSES = [(18.5, "underweight"), (25.0, "normal"), (30.0, "overweight"), (35.0, "obesity_1"),
+               (40.0, "obesity_2"), (float("inf"), "obesity_3")]
+# Lifetime prevalence of the two comorbidities Figure 8 asks about, by group, and the share of
+# them that is current (rough clinical-sample figures, a modelling choice).
+LIFETIME = {"eating_disorder": {"control": 0.02, "mdd": 0.08}, "ptsd": {"control": 0.03, "mdd": 0.12}}
+CURRENT_GIVEN_LIFETIME = {"eating_disorder": 0.5, "ptsd": 0.6}
+TWINS = ["brother and sister", "mother and her sister", "father and his brother", "two brothers", "two sisters"]
+
+
+def bmi_category(bmi: float) -> str:
+    """The WHO class of a BMI, as a code of demographics.yaml."""
+    return next(code for bound, code in BMI_CLASSES if bmi < bound)
+
+
+def _figure8_rest(rng: np.random.Generator, group: str, demographics: dict, history: dict) -> dict:
+    """Figure 8's lines the earlier streams do not draw (years of education, BMI category, eating
+    disorder and PTSD, any comorbidity, time depressed, sick leave in months, twins in the family),
+    from a fourth stream so that every earlier field stays what it was for a given seed; each
+    follows what is drawn before (the BMI's class, a PTSD comorbidity is a current PTSD, a client
+    not on sick leave has none of it now)."""
+    mdd = group == "mdd"
+    low, high = EDUCATION_YEARS.get(demographics["education"], (9, 13))
+    out_d = dict(education_years=int(rng.integers(low, high + 1)), bmi_category=bmi_category(demographics["bmi"]))
+    out_h: dict = {}
+    for name in ("eating_disorder", "ptsd"):
+        lifetime = rng.random() < LIFETIME[name][group]
+        current = lifetime and rng.random() < CURRENT_GIVEN_LIFETIME[name]
+        if name == "ptsd" and history.get("comorbidity") == "post-traumatic stress disorder":
+            lifetime = current = True
+        out_h[f"{name}_current"], out_h[f"{name}_lifetime"] = _yes(current), _yes(lifetime)
+    comorbid = history.get("comorbidity") not in (None, "none") or any(out_h[k] == "yes" for k in out_h)
+    out_h["any_comorbidity"] = _yes(comorbid)
+    episodes = history.get("episodes") or 0
+    out_h["depressive_months"] = (history["episode_months"] + sum(int(rng.integers(2, 13)) for _ in range(episodes - 1))
+                                  if mdd else 0)
+    on_leave = demographics["sick_leave"] == "yes"
+    out_d["sick_leave_months"] = int(rng.integers(1, 13)) if on_leave else (
+        int(rng.integers(1, 7)) if mdd and rng.random() < 0.3 else 0)
+    twins = rng.random() < 0.04
+    out_d.update(family_twins=_yes(twins), family_twins_who=str(rng.choice(TWINS)) if twins else "none")
+    return dict(demographics=out_d, history=out_h)
+
+
 def _skid_text(code: str) -> str:
     """The structured interview's words for a DSM-IV code (ours, in the SCID's style)."""
     if code == "none":
@@ -222,7 +270,8 @@ def _skid_text(code: str) -> str:
 
 
 def _client(rng: np.random.Generator, client_id: str, group: str, split: str,
-            weights: dict[str, np.ndarray], more: np.random.Generator, fig8: np.random.Generator) -> ClientRecord:
+            weights: dict[str, np.ndarray], more: np.random.Generator, fig8: np.random.Generator,
+            fig8_rest: np.random.Generator) -> ClientRecord:
     severity = float(rng.beta(*SEVERITY[group]))
     items = _questionnaires(rng, group, severity, weights)
     age = int(np.clip(round(rng.normal(37 if group == "mdd" else 35, 12)), 18, 65))
@@ -243,9 +292,11 @@ def _client(rng: np.random.Generator, client_id: str, group: str, split: str,
     rest = _figure8_fields(fig8, group, age, extra["demographics"]["siblings"], demographics["work_situation"],
                            history["diagnosis_code"], history["family_history"], history["medication"],
                            history["episodes"], history.get("onset_age"))
-    return ClientRecord(client_id=client_id,
-                        demographics={**demographics, **extra["demographics"], **rest["demographics"]},
-                        history={**history, **extra["history"], **rest["history"]}, bdi_diet=extra["bdi_diet"],
+    demographics = {**demographics, **extra["demographics"], **rest["demographics"]}
+    history = {**history, **extra["history"], **rest["history"]}
+    last = _figure8_rest(fig8_rest, group, demographics, history)
+    return ClientRecord(client_id=client_id, demographics={**demographics, **last["demographics"]},
+                        history={**history, **last["history"]}, bdi_diet=extra["bdi_diet"],
                         group=group, split=split, **items)
 
 
@@ -259,8 +310,10 @@ def generate_cohort(size: int = PAPER_SIZE, seed: int = 0) -> list[ClientRecord]
     weights = _item_weights()
     more = np.random.default_rng([seed, 1])
     fig8 = np.random.default_rng([seed, 2])
+    fig8_rest = np.random.default_rng([seed, 3])
     width = max(4, len(str(size)))
-    return [_client(rng, f"syn-{i + 1:0{width}d}", *cells[j], weights, more, fig8) for i, j in enumerate(order)]
+    return [_client(rng, f"syn-{i + 1:0{width}d}", *cells[j], weights, more, fig8, fig8_rest)
+            for i, j in enumerate(order)]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -28,7 +28,7 @@ def test_sessions_panel_benchmarks_export_and_report(sqpsych_run, shared_data):
     profiles = pd.read_parquet(run_dir / "profiles")
     assert len(profiles) == 2 and (profiles["status"] == "ok").all()
     assert set(profiles["sensitivity"]) == {"restricted"}  # a cohort is clinical data by default
-    assert profiles["profile"].str.contains("## Questionnaire BDI").all()
+    assert profiles["profile"].str.contains("\nQuestionnaire BDI\n").all()
 
     dialogues = pd.read_parquet(run_dir / "dialogues")
     assert sorted(dialogues["dialogue_id"]) == sorted(f"{c}|gemma3-270m" for c in profiles["context_id"])

@@ -69,37 +69,44 @@ def test_files_cite_sources_and_bdi_says_it_is_paraphrased(codebook):
 def test_profile_text(codebook):
     text = codebook.render(client())
     lines = text.splitlines()
-    assert lines[:2] == ["# Patient information", "Test subject: c7"]
-    assert "Age: 41" in lines and "Gender: female" in lines and "Current living situation: living alone" in lines
-    assert ("Mental Disorder Diagnosis Coding 1 defined in the Diagnostic and Statistical Manual of Mental Disorders "
-            "IV (DSM-IV): 296.32 - major depressive disorder, recurrent, moderate") in lines
+    assert lines[:2] == ["Patient information", "Test subject: c7"]
+    assert "Gender: female" in lines and "Current living situation: living alone" in lines
     assert "Group: MDD - Major Depressive Disorder" in lines
+    # Fields Figure 8 does not show come after its 42, under their own line.
+    extra = lines.index("Extra information (not in the paper's Figure 8):")
+    assert extra == 1 + 42 and lines[extra + 1] == "Age: 41"
+    assert ("Mental Disorder Diagnosis Coding 1 defined in the Diagnostic and Statistical Manual of Mental Disorders "
+            "IV (DSM-IV): 296.32 - major depressive disorder, recurrent, moderate") in lines[extra:]
     assert ("At least 1 safely treated 1st degree relative with affective/schizoaffective disorder - a family member "
-            "diagnosed with such disorder: risk present") in lines
-    assert "Current medication: sertraline 100 mg/day" in lines  # free text shown as written
-    # One question and one answer per item, in the scale's order, then the total and its band.
-    bdi = lines[lines.index("## Questionnaire BDI") + 1:]
-    assert bdi[0] == "Question BDI1: Sadness" and bdi[1] == "Answer: I am sad all the time and cannot shake it off."
-    # 21 items plus BDI_DIAET (after item 19), two lines each, then the total.
-    assert bdi[38:40] == ["Question BDI_DIAET: Deliberate weight loss (asked with item 19)",
-                          "Answer: not recorded"]
-    assert bdi[44] == "Total Score: 14 - mild to moderate depression"
-    assert "Total Score: 17 - moderate depression" in lines
-    assert "Question HAMD4: Insomnia, early in the night" in lines
-    assert "Answer: Complains of occasional difficulty falling asleep, i.e. more than half an hour." in lines
-    assert lines[-1] == "Total Score: 0 - no or minimal anxiety"
-    assert sum(line.startswith("Answer: ") for line in lines) == 21 + 1 + 17 + 14
-    assert not any(line.startswith("Answer: ") and line[8:].strip().isdigit() for line in lines)
+            "diagnosed with such disorder: risk present") in lines[extra:]
+    assert "Current medication: sertraline 100 mg/day" in lines[extra:]  # free text shown as written
+    # One line per item, in the scale's order, then the severity line: Figure 8's form.
+    bdi = lines[lines.index("Questionnaire BDI") + 1:]
+    assert bdi[:2] == ["Description: Beck Depression Inventory",
+                       "Question BDI1: Answer: I am sad all the time and cannot shake it off."]
+    # 21 items plus BDI_DIAET (after item 19), one line each, then the total.
+    assert bdi[20] == "Question BDI_DIAET: I deliberately eat less to lose weight Answer: not recorded"
+    assert bdi[23] == ("Depression's severity according to Beck Depression Inventory: Total Score: 14 - BDI "
+                       "questionnaire indicates that the patient has mild to moderate depression")
+    assert ("Depression's severity according to Hamilton Depression Rating Scale: Total Score: 17 - HAMD "
+            "questionnaire indicates that the patient has moderate depression") in lines
+    # The HAM-D and HAM-A name their items: a rater's anchor means nothing without it.
+    assert ("Question HAMD4: Insomnia, early in the night Answer: Complains of occasional difficulty falling asleep, "
+            "i.e. more than half an hour.") in lines
+    assert lines[-1] == ("Anxiety's severity according to Hamilton Anxiety Rating Scale: Total Score: 0 - HAMA "
+                         "questionnaire indicates that the patient has no or minimal anxiety")
+    assert sum(" Answer: " in line for line in lines) == 21 + 1 + 17 + 14
+    assert not any(line.split(" Answer: ")[-1].strip().isdigit() for line in lines if " Answer: " in line)
 
 
 def test_profile_says_not_recorded_for_what_the_record_lacks(codebook):
-    """Real cohorts have gaps: a field the record lacks is shown as "not recorded" (the client is
-    kept); a questionnaire not taken is left out."""
+    """Real cohorts have gaps: a Figure 8 field the record lacks is shown as "not recorded" (the
+    client is kept); an extra field without a value is left out; a questionnaire not taken too."""
     text = codebook.render(client(hama=None, demographics={}, history={}, group="control"))
-    assert "## Questionnaire HAMA" not in text
-    assert "Age: not recorded" in text and "Year of birth: not recorded" in text
-    assert "(DSM-IV): not recorded" in text and "Do you have siblings?: not recorded" in text
-    assert "Group: HC - Healthy Control" in text and "## Questionnaire HAMD" in text
+    assert "Questionnaire HAMA" not in text
+    assert "Year of birth: not recorded" in text and "Do you have siblings?: not recorded" in text
+    assert "Age:" not in text and "(DSM-IV):" not in text and "Extra information" not in text
+    assert "Group: HC - Healthy Control" in text and "Questionnaire HAMD" in text
 
 
 # The BDI-I items the paper's Figure 8 shows where the BDI-II has other constructs.
@@ -124,17 +131,18 @@ def test_bdi_diet_answer_and_the_projects_own_fields_are_rendered(codebook):
                     history={"inpatient_weeks": 6, "outpatient_weeks": 20, "hospitalizations": 1,
                              "psychotherapy": "current", "comorbidity": "panic disorder"})
     lines = codebook.render(record).splitlines()
-    assert "Answer: Yes, I am deliberately eating less to lose weight." in lines
+    assert "Question BDI_DIAET: I deliberately eat less to lose weight Answer: Yes" in lines
     # total excludes the diet question: still 14
-    assert "Total Score: 14 - mild to moderate depression" in lines
-    for line in ("Do you have siblings?: Yes (2)", "Do you have children: No", "Marital status: married",
+    assert any(line.startswith("Depression's severity according to Beck Depression Inventory: Total Score: 14 - ")
+               for line in lines)
+    for line in ("Do you have siblings?: Yes", "Do you have children: No", "Marital status: married",
                  "Total duration of (part-)inpatient psychiatric treatment (in weeks): 6.0",
                  "Duration of outpatient treatment (weeks): 20.0", "Number of (part-)inpatient psychiatric stays: 1",
                  "Psychotherapy: currently in psychotherapy",
                  "Secondary comorbid diagnosis to Mental Disorder Diagnosis Coding 1 based on DSM-IV criteria, "
-                 "whether current or only in the patient's lifetime: panic disorder",
-                 "Psychiatric history: not recorded"):
+                 "whether current or only in the patient's lifetime: panic disorder"):
         assert line in lines
+    assert not any(line.startswith("Psychiatric history") for line in lines)  # an extra without a value
 
 
 def test_a_codebook_missing_a_value_is_refused_naming_the_file_and_item(tmp_path):

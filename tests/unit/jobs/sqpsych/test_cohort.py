@@ -187,7 +187,7 @@ def test_step_writes_profiles_and_invalid_rows_then_resumes(tmp_path, capsys):
     assert set(ok["sensitivity"]) == {"restricted"} and set(ok["source"]) == {"sqpsych_csv_example"}
     first = ClientRecord.model_validate_json(ok.loc["syn-0001", "record"])
     assert ok.loc["syn-0001", "bdi_total"] == first.total("bdi")
-    assert ok.loc["syn-0001", "profile"].startswith("# Patient information\n")
+    assert ok.loc["syn-0001", "profile"].startswith("Patient information\n")
     assert f"Total Score: {first.total('bdi')} - " in ok.loc["syn-0001", "profile"]
     report = json.loads((tmp_path / "run" / "input_report.json").read_text())
     assert report["rows_ok"] == 5 and report["counts"] == {"out-of-range value (0-2)": 1}
@@ -229,4 +229,5 @@ def test_a_blank_answer_reads_not_recorded_in_the_profile(tmp_path):
     assert bad == [] and records[0].hama["HAMA14"] is None and records[0].total("hama") is None
     text = load_codebook([ROOT / "conf"]).render(records[0])
     assert "Question HAMA14: Behavior at interview: " in text
-    assert text.rstrip().endswith("Answer: not recorded\nTotal Score: not computed (1 item(s) not recorded)")
+    assert text.rstrip().endswith("Answer: not recorded\nAnxiety's severity according to Hamilton Anxiety Rating "
+                                  "Scale: Total Score: not computed (1 item(s) not recorded)")

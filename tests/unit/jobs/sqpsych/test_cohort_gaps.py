@@ -39,10 +39,11 @@ def test_missing_fields_read_not_recorded_and_extra_columns_are_shown_and_report
             "visit") in summary(report)
     assert got[0].extra == {"scanner_site": "A", "visit": "2"}
     profile = load_codebook([ROOT / "conf"]).render(got[0])
-    assert "Do you have siblings?: not recorded" in profile and "Current medication: not recorded" in profile
-    assert "Question BDI_DIAET: Deliberate weight loss (asked with item 19)\nAnswer: not recorded" in profile
-    # After the codebook's last field, in the file's column order.
-    assert "Current medication: not recorded\nscanner_site: A\nvisit: 2\n\n## Questionnaire BDI" in profile
+    # A Figure 8 field reads "not recorded"; an extra field without a value is left out.
+    assert "Do you have siblings?: not recorded" in profile and "Current medication" not in profile
+    assert "Question BDI_DIAET: I deliberately eat less to lose weight Answer: not recorded" in profile
+    # After the extra fields, in the file's column order.
+    assert "\nscanner_site: A\nvisit: 2\nQuestionnaire BDI\n" in profile
 
 
 def test_an_empty_cell_reads_not_recorded_and_yes_no_diet_answers_are_read(tmp_path):
@@ -98,7 +99,7 @@ def test_a_field_a_shortened_codebook_leaves_out_is_shown_by_name_and_reported(t
     """A deployment's codebook (on the search path) that lists fewer fields drops none of the
     record's values: `occupation` and `bmi` come after its fields as `name: value` (codes in words)."""
     book = yaml.safe_load((ROOT / "conf/sqpsych/codebooks/demographics.yaml").read_text())
-    del book["fields"]["occupation"], book["fields"]["bmi"]
+    del book["fields"]["occupation"], book["extra_fields"]["bmi"]
     folder = tmp_path / "conf" / "sqpsych" / "codebooks"
     folder.mkdir(parents=True)
     (folder / "demographics.yaml").write_text(yaml.safe_dump(book))
@@ -106,7 +107,7 @@ def test_a_field_a_shortened_codebook_leaves_out_is_shown_by_name_and_reported(t
     base = generate_cohort(1, seed=3)[0]
     record = base.model_copy(update={"demographics": base.demographics.model_copy(
         update={"occupation": "executive", "bmi": 22.5})})
-    lines = load_codebook().render(record).split("\n\n")[0].splitlines()
+    lines = load_codebook().render(record).split("\nQuestionnaire BDI\n")[0].splitlines()
     assert lines[-2:] == ["bmi: 22.5", "occupation: Executive employee/civil servant"]
     ds = CohortConfig(name="s", source="synthetic", size=1, seed=3)
     assert input_report(ds, [record], [])["fields_not_in_codebook"] == ["bmi", "occupation"]
