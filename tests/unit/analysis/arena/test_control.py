@@ -118,3 +118,38 @@ def test_the_cells_are_adjusted_by_holm_and_the_pool_takes_cards_as_its_unit():
     # 121.280612: roots 1/2 -+ sqrt(1 - 4 x 121.280612 / 554.268706) / 2 = 0.323399 and 0.676601; the
     # union with the chains' interval reaches at least as far
     assert 0 < pooled["effect_lo"] <= 0.323399 + 1e-6 and pooled["effect_hi"] >= 0.676601 - 1e-6
+
+
+def _coin_run(rng: np.random.Generator, n_cards: int = 41, iterations: int = 2) -> pd.DataFrame:
+    """An evaluator that never reads the transcript: each session passes overall when three fair
+    coins (one per scale) come up, 1/8; each arm re-runs a failed chain until it passes, at most
+    `iterations` times (`select: failed`), for 2 variants of one counselor."""
+    def arm(before: bool) -> bool:
+        return before or bool((rng.random(iterations) < 1 / 8).any())
+
+    cells = {}
+    for variant in ("psycho", "vanilla"):
+        chains = []
+        for k in range(n_cards):
+            before = bool(rng.random() < 1 / 8)
+            chains.append((f"k{k}", before, arm(before), arm(before)))
+        cells[("m1", variant)] = chains
+    return _chains_frame(cells)
+
+
+def test_under_a_blind_evaluator_the_primary_row_and_the_adjusted_cells_reject_at_most_at_their_level():
+    """Regression: under a coin evaluator (41 cards x 2 variants) a cell read p = 0.039 unadjusted.
+    Over 100 such runs, the pooled row's and the Holm-adjusted cells' false positives stay near or
+    below 5% (binomial sd of a 5% rate over 100 runs: 2.2 points; over 200 runs of this seed, 3.5% in
+    the pooled row, 2.5% in the adjusted cells, 5.5% in the raw ones)."""
+    rng = np.random.default_rng(39)
+    pooled_hits = cell_hits = raw_hits = 0
+    for _ in range(100):
+        eff = control.control_effect(_coin_run(rng))
+        cells, pooled = eff[eff["role"] == control.CELL], eff[eff["role"] == control.PRIMARY].iloc[0]
+        pooled_hits += bool(pooled["p"] < 0.05)
+        assert (pooled["p"] < 0.05) == (pooled["effect_lo"] > 0 or pooled["effect_hi"] < 0)
+        cell_hits += bool((cells["p_holm"] < 0.05).any())
+        raw_hits += bool((cells["p"] < 0.05).any())
+    assert pooled_hits <= 6 and cell_hits <= 6
+    assert cell_hits <= raw_hits  # Holm only ever removes a rejection
