@@ -41,9 +41,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.arena.data import (
-    CARD_ID, CHAIN, CONTROL, COUNSELOR, ITERATION, VARIANT, control_arm, feedback_arm,
+    CARD_ID, CHAIN, CONTROL, COUNSELOR, ITERATION, STATUS, VARIANT, control_arm, feedback_arm,
 )
-from analysis.arena.passing import OVERALL_PASS
+from analysis.arena.passing import COMPLETE, OVERALL_PASS
+from jobs.core.schemas import STATUS_OK
 from analysis.arena.table2 import wilson
 from analysis.paired import clustered_interval, clustered_mcnemar, mcnemar_exact, paired_interval
 from analysis.stats import holm
@@ -60,8 +61,10 @@ COLUMNS = [COUNSELOR, VARIANT, ROLE, "n", "n_cards", "pass_before", "pass_feedba
 ARM_COLUMNS = [COUNSELOR, VARIANT, "arm", "n", "n_pass_before", "pass_before", "before_lo", "before_hi",
                "n_pass_after", "pass_after", "after_lo", "after_hi", "rerun"]
 
-__all__ = ["ALL", "ARM_COLUMNS", "CELL", "CI_METHOD", "COLUMNS", "PRIMARY", "arm_tables", "chain_outcomes",
-           "control_effect", "has_control"]
+COUNT_COLUMNS = [ITERATION, "arm", "selected", "feedback_failed", "rerun", "ok", "errored", "evaluated"]
+
+__all__ = ["ALL", "ARM_COLUMNS", "CELL", "CI_METHOD", "COLUMNS", "COUNT_COLUMNS", "PRIMARY", "arm_counts", "arm_tables",
+           "chain_outcomes", "control_effect", "has_control"]
 
 
 def has_control(frame: pd.DataFrame) -> bool:
@@ -160,3 +163,30 @@ def arm_tables(frame: pd.DataFrame) -> pd.DataFrame:
                          **dict(zip(("after_lo", "after_hi"), wilson(ka, n))),
                          "rerun": int(both[f"rerun_{arm}"].sum())})
     return pd.DataFrame(rows, columns=ARM_COLUMNS)
+
+
+def arm_counts(frame: pd.DataFrame, iterations: pd.DataFrame | None = None) -> pd.DataFrame:
+    """What each arm got, per iteration k >= 1: `selected` (sessions the rule picked to improve:
+    the feedback arm's ITERATIONS rows, the control's planned re-runs), `feedback_failed` (the
+    feedback or reflection call failed, so that chain was not re-run), `rerun` (sessions run),
+    `ok` / `errored` (an errored session freezes its chain: it waits, as the loop re-runs only
+    finished, evaluated sessions) and `evaluated` (all three scales valid). Unequal tries between
+    the arms show here."""
+    if frame.empty or not (frame[ITERATION] >= 1).any():
+        return pd.DataFrame(columns=COUNT_COLUMNS)
+    arms = [("feedback", frame[~frame[CONTROL]] if CONTROL in frame.columns else frame)]
+    if has_control(frame):
+        arms.append(("control", frame[frame[CONTROL]]))
+    its = iterations if iterations is not None and len(iterations) else None
+    rows = []
+    for k in range(1, int(frame[ITERATION].max()) + 1):
+        for arm, sessions in arms:
+            s = sessions[sessions[ITERATION].eq(k)]
+            ok = int(s[STATUS].eq(STATUS_OK).sum()) if STATUS in s.columns else len(s)
+            selected, failed = len(s), 0
+            if arm == "feedback" and its is not None:
+                mine = its[its[ITERATION].eq(k)]
+                selected, failed = len(mine), int((~mine[STATUS].eq(STATUS_OK)).sum())
+            rows.append({ITERATION: k, "arm": arm, "selected": selected, "feedback_failed": failed, "rerun": len(s),
+                         "ok": ok, "errored": len(s) - ok, "evaluated": int(s[COMPLETE].eq(True).sum())})
+    return pd.DataFrame(rows, columns=COUNT_COLUMNS)

@@ -40,7 +40,7 @@ def _lines(curves: Mapping[str, pd.DataFrame], path: Path, title: str) -> Path:
     return figures.save(fig, path)
 
 
-def _effect_part(w: ReportWriter, sec: Section, frame_all: pd.DataFrame) -> None:
+def _effect_part(w: ReportWriter, sec: Section, frame_all: pd.DataFrame, iterations: pd.DataFrame | None) -> None:
     """The headline: the feedback's gain minus the control arm's, per counselor/variant, and both
     arms' before / after over every chain."""
     eff = control.control_effect(frame_all)
@@ -68,6 +68,12 @@ def _effect_part(w: ReportWriter, sec: Section, frame_all: pd.DataFrame) -> None
             "Wilson 95% intervals; rerun: chains the arm re-ran at least once. The control arm re-runs the "
             "sessions its own chains select by the same rule, with the same card, counselor, prompt, rounds and "
             "sampling, and no feedback.", digits=3)
+    w.table(sec, control.arm_counts(frame_all, iterations).set_index([ITERATION, "arm"]), "optimization_arm_counts",
+            "What each arm got, per iteration",
+            "selected: sessions the rule picked to improve (the feedback arm's feedback rows, the control's "
+            "planned re-runs); feedback_failed: the feedback or reflection call failed, so that chain was not "
+            "re-run; rerun: sessions run; ok / errored (an errored session freezes its chain); evaluated: all three "
+            "scales valid. Unequal tries between the arms make the effect less comparable.")
 
 
 def optimization_section(w: ReportWriter, frame_all: pd.DataFrame, items: pd.DataFrame, rubrics,
@@ -82,7 +88,7 @@ def optimization_section(w: ReportWriter, frame_all: pd.DataFrame, items: pd.Dat
             w.table(sec, per.set_index([COUNSELOR, VARIANT, tb.MEASURE, ITERATION]), "pass_by_iteration",
                     "Pass rate at iteration 0 per counselor, variant and scale")
         return
-    _effect_part(w, sec, frame_all)
+    _effect_part(w, sec, frame_all, iterations)
     per = tb.pass_by_iteration(frame, rubrics)
     pooled = tb.pass_by_iteration(frame, rubrics, by=())
     w.file_only(per, "pass_by_iteration", "Figure 4: pass rate per iteration, counselor, variant and measure")

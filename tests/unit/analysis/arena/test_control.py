@@ -153,3 +153,23 @@ def test_under_a_blind_evaluator_the_primary_row_and_the_adjusted_cells_reject_a
         raw_hits += bool((cells["p"] < 0.05).any())
     assert pooled_hits <= 6 and cell_hits <= 6
     assert cell_hits <= raw_hits  # Holm only ever removes a rejection
+
+
+def test_each_arm_counts_what_it_got_per_iteration(frame):
+    # from helpers.CONTROL_OUTCOMES: iteration 1 re-runs c1 c2 c4 c5 c6 in both arms; iteration 2 the
+    # feedback arm c2 c4, the control c1 c4 c5 c6, of which c5's ctl2 is not fully evaluated
+    t = control.arm_counts(frame).set_index(["iteration", "arm"])
+    assert t[["selected", "rerun", "ok", "errored", "evaluated"]].to_dict("index") == {
+        (1, "feedback"): dict(selected=5, rerun=5, ok=5, errored=0, evaluated=5),
+        (1, "control"): dict(selected=5, rerun=5, ok=5, errored=0, evaluated=5),
+        (2, "feedback"): dict(selected=2, rerun=2, ok=2, errored=0, evaluated=2),
+        (2, "control"): dict(selected=4, rerun=4, ok=4, errored=0, evaluated=3)}
+    # with the feedback rows: six selected at iteration 1, one feedback call failed (no re-run for it)
+    its = pd.DataFrame({"iteration": [1] * 6, "status": ["ok"] * 5 + ["error"]})
+    row = control.arm_counts(frame, its).set_index(["iteration", "arm"]).loc[(1, "feedback")]
+    assert (row["selected"], row["feedback_failed"], row["rerun"]) == (6, 1, 5)
+    # an errored re-run counts as run, not ok, and not evaluated
+    broken = frame.copy()
+    broken.loc[broken["session_id"].eq("c2|m1|psycho|it2"), ["status", "complete"]] = ["error", False]
+    row = control.arm_counts(broken).set_index(["iteration", "arm"]).loc[(2, "feedback")]
+    assert (row["rerun"], row["ok"], row["errored"], row["evaluated"]) == (2, 1, 1, 1)
