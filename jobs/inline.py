@@ -15,11 +15,11 @@ from typing import Any, Callable
 
 import pandas as pd
 import pyarrow as pa
-from tqdm import tqdm
 
 from jobs.core.collect import Collector
 from jobs.core.configfiles import ConfigError
 from jobs.core.store import TableStore
+from jobs.watch import stage_progress
 
 __all__ = ["INLINE", "check_inline", "run_inline"]
 
@@ -38,8 +38,9 @@ def run_inline(rows: pd.DataFrame, stage_cls: type, stage_kwargs: dict[str, Any]
     """Run every row of `rows` through one `stage_cls` instance; returns the finished collector
     (its counts, failures and rows saved)."""
     stage = stage_cls(**stage_kwargs)
-    with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar:
-        collector = Collector(store, None, flush_every_s=flush_every_s, bar=bar, counter=counter)
+    with stage_progress(stage_cls, rows, desc) as bar:
+        collector = Collector(store, None, flush_every_s=flush_every_s, bar=bar, counter=counter,
+                              worker_units=stage_cls.progress_unit is not None)
         with collector.saving():
             asyncio.run(_drive(stage, rows.to_dict("records"), collector))
     return collector
@@ -48,11 +49,19 @@ def run_inline(rows: pd.DataFrame, stage_cls: type, stage_kwargs: dict[str, Any]
 async def _drive(stage: Any, rows: list[dict[str, Any]], collector: Collector) -> None:
     async def one(row: dict[str, Any]) -> None:
         out = await stage._guarded(row)
-        collector.add([stage.table.to_arrow(out)])
+        collector.add([stage.table.to_arrow(out)], stage.take_units())
         if collector.due():
             collector.flush()
 
+    async def report() -> None:  # the units a row reports while it runs (a dialogue's turns)
+        while True:
+            await asyncio.sleep(0.5)
+            collector.add([], stage.take_units())
+            collector.bar.tick()
+
+    reporter = asyncio.get_running_loop().create_task(report())
     try:
         await asyncio.gather(*(one(r) for r in rows))
     finally:
+        reporter.cancel()
         await stage.client.aclose()

@@ -2,8 +2,10 @@
 
 Workers hand every finished row to the driver as it finishes (`jobs.core.collect`), and the driver
 writes a part file every few seconds, so a killed run keeps everything but the calls in flight,
-an interrupted one (Ctrl-C, SIGTERM) everything answered, and a progress bar shows ok/error
-counts as rows finish.
+an interrupted one (Ctrl-C, SIGTERM) every call it sent, and the progress (`jobs.core.progress`)
+shows rows, or a dialogue stage's turns, done of planned with a rate and an ETA. While Serve
+deploys a model or a stage waits for its workers, a line every 15 s says what it waits for
+(`jobs.core.waiting`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from typing import Any, Callable
 
 import pandas as pd
 import pyarrow as pa
-from tqdm import tqdm
 
 from cluster.connect import connect
 from jobs.core.collect import Collector, raise_on_sigterm, sink_for_driver
@@ -26,6 +27,7 @@ from jobs.config import RunConfig
 from jobs.inline import INLINE, check_inline, run_inline
 from jobs.core.preflight import Counted, FailureSummary
 from jobs.core.schemas import STATUS_OK
+from jobs.watch import serve_waits, stage_progress, workers_waits
 from jobs.stage import SINK_EVERY_S, endpoints_to_spec, with_sink
 from serving.capacity import plan_lines
 from serving.client import Endpoint
@@ -34,15 +36,10 @@ from jobs.core.store import TableStore
 from jobs.recover import (
     MAX_NODE_LOSSES, ClusterLost, NodeLost, fitting_workers, is_node_loss, remaining_rows, settle, stage_nodes_left,
 )
-from jobs.staged import Staged, StagedRows, Unstageable, remove_staged, stage_rows
+from jobs.staged import Staged, remove_staged, stage_source
 from jobs.placement import WorkerPlacement, log_serve_placement
 
 
-# A stage of at most this many rows hands Ray Data its blocks from memory, not staged on disk
-# (`_source`): where a stage's start is a large share of its time. Not more: on the 64-dialogue
-# benchmark an in-memory source left the calls' sustained rate ~0.1 lower (0.78-0.85 vs
-# 0.87-0.94 of the bare loop, docs/benchmarks.md, session 11; the cause is not found).
-IN_MEMORY_ROWS = 32
 # How long a stage waits for all its workers before failing with Ray Data's message that the
 # cluster lacks the resources for them.
 WAIT_FOR_WORKERS_S = 600
@@ -142,7 +139,8 @@ def run_model_stage(
     print(connect(run.cluster, verbose=run.verbose, log_dir=Path(run.run_dir)), flush=True)
     raise_on_sigterm()  # ray.init replaced ours: a SIGTERM while Serve starts must not lose the line
     follow_ray()
-    endpoints = ensure(models, run.serving, verbose=run.verbose)
+    with serve_waits(models):  # a line every 15 s while Serve deploys
+        endpoints = ensure(models, run.serving, verbose=run.verbose)
     for name, ep in endpoints.items():
         engine = served_by(ep)  # a run that fell back to the in-process engine says so here
         print(f"  {name}: {ep.base_url}" + (f" ({engine})" if engine else ""), flush=True)
@@ -264,7 +262,7 @@ def run_stage(
     # queued behind them; Ray Data submits up to 2 x max_concurrency tasks per actor.
     per_worker_rows = math.ceil(rows_in_flight / workers)
     max_concurrency = max(2, math.ceil(2 * per_worker_rows / rows_per_task))
-    source, batch_format, staged = _source(ray, rows, rows_per_task, store.dir.parent, desc)
+    source, batch_format, staged = stage_source(ray, rows, rows_per_task, store.dir.parent, desc)
     lost = None
     try:
         with warnings.catch_warnings():
@@ -275,9 +273,10 @@ def run_stage(
                       "sink_every_s": min(flush_every_s, SINK_EVERY_S)}
             ds = _map_stage(ray, source, batch_format, stage_cls, kwargs,
                             workers, max_concurrency, worker_num_cpus, min_workers)
-        with tqdm(total=len(rows), desc=desc, unit="row", dynamic_ncols=True, mininterval=1.0) as bar:
+        waiting = workers_waits(sink, channel, min_workers or workers, desc, worker_num_cpus)
+        with stage_progress(stage_cls, rows, desc) as bar, waiting:
             collector = Collector(store, sink, flush_every_s=flush_every_s, bar=bar, counter=_with_reasons(counter),
-                                  channel=channel)
+                                  channel=channel, worker_units=stage_cls.progress_unit is not None)
             placement = WorkerPlacement(sink, channel, workers, desc, min_workers, wait_s=WAIT_FOR_WORKERS_S)
             try:
                 with collector.saving():
@@ -301,55 +300,6 @@ def run_stage(
         if staged is not None and lost is None:
             remove_staged(staged)
     return StageResult(collector.counts["ok"], collector.counts["failed"], collector.failures, collector.saved)
-
-
-def _source(ray: Any, rows: pd.DataFrame | Staged, rows_per_task: int, run_dir: Path,
-            desc: str) -> tuple[Any, str, Path | None]:
-    """The stage's input as a Ray dataset of `rows_per_task`-row blocks, the blocks' batch
-    format, and the staged file to remove when the stage ends (None: nothing staged).
-
-    A stage of up to `IN_MEMORY_ROWS` rows goes in memory (`from_items` of the rows as Arrow
-    gives them; `from_pandas` when a column mixes types Arrow cannot hold): no read task has to
-    wait for a worker process of its own, a second or more on a busy 2-core node, once per stage
-    (docs/benchmarks.md, `make demo`). Larger stages are staged on disk (here, or by the job
-    ahead: `Staged`) and read by Ray Data's tasks (`jobs.staged`), so the driver's memory does
-    not grow with the rows.
-    """
-    if len(rows) <= IN_MEMORY_ROWS:
-        blocks, batch_format = memory_blocks(rows, rows_per_task)
-        if batch_format == "pyarrow":
-            # `from_items` builds the blocks and their metadata here; `from_arrow` would run a
-            # remote task per block for the metadata, and that task waits for a worker process.
-            source = ray.data.from_items([r for b in blocks for r in b.to_pylist()],
-                                         override_num_blocks=len(blocks))
-        else:
-            source = ray.data.from_pandas(blocks)
-        return source, batch_format, rows.path if isinstance(rows, Staged) else None
-    try:
-        path = rows.path if isinstance(rows, Staged) else stage_rows(rows, run_dir, desc, rows_per_task)
-    except Unstageable:
-        frames, batch_format = memory_blocks(rows, rows_per_task)
-        return ray.data.from_pandas(frames), batch_format, None
-    # num_cpus=0: a read takes milliseconds and must never wait behind the model-call workers
-    # and Serve replicas for a CPU slot (on 2 cores they hold them all). concurrency=1: with no
-    # CPU to wait for, Ray starts a worker process per read task in flight (42 processes, a
-    # minute of imports on 2 cores, at 64 read tasks); one reader does them all in milliseconds.
-    # The source's own read tasks (`StagedRows.num_reads`): no split into smaller blocks.
-    staged = StagedRows(path)
-    return ray.data.read_datasource(staged, num_cpus=0, concurrency=1,
-                                    override_num_blocks=staged.num_reads), "pyarrow", path
-
-
-def memory_blocks(rows: pd.DataFrame | Staged, rows_per_task: int) -> tuple[list, str]:
-    """`rows` as in-memory blocks of `rows_per_task` rows, in order, and their batch format:
-    Arrow tables ("pyarrow", rows reach the stage as `to_pylist` dicts, as from staged rows),
-    or frames ("pandas") when a column mixes types Arrow cannot hold."""
-    frame = rows.frame() if isinstance(rows, Staged) else rows.reset_index(drop=True)
-    frames = [frame.iloc[i : i + rows_per_task] for i in range(0, len(frame), rows_per_task)]
-    try:
-        return [pa.Table.from_pandas(f, preserve_index=False) for f in frames], "pyarrow"
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        return frames, "pandas"
 
 
 def _map_stage(ray: Any, source: Any, batch_format: str, stage_cls: type, kwargs: dict[str, Any],

@@ -15,10 +15,16 @@ shorter), at once when `SINK_ROWS` rows wait, and when its last open block ends,
 never waits for the slowest row of its block. The block handed back to Ray Data is empty.
 Without a sink (a stage called directly, as in unit tests) the block carries the rows.
 
-An interrupted run keeps every row finished before the signal: each worker keeps one call to the
-sink waiting (`RowSink.drained`), which returns when the driver is interrupted; the worker then
-puts what it holds at once, naming itself, and every later row as it finishes, while the driver
+An interrupted run keeps every call it sent: each worker keeps one call to the sink waiting
+(`RowSink.drained`), which returns when the driver is interrupted; the worker then stops its
+client (a row whose call is not on the wire yet ends without a row, and a dialogue after its
+last answered turn: a resume sends them), waits for its calls on the wire (at most
+`CALLS_WAIT_S`), puts every row they finished and answers, naming itself, while the driver
 waits for all its workers before Ray Data kills them (`jobs.core.collect`).
+
+Progress: a stage counts its rows, or reports units of its own (`progress_unit`, a dialogue's
+turns) with `advance`; those go to the sink with the rows, in the same puts (a put carries them
+alone when no row waits), so the driver sees each turn within half a second at no cost per turn.
 
 Why batches: a one-row frame, its Arrow table and a remote call per finished row cost ~2.5 ms
 of CPU each, which made the stage CPU-bound at ~140 rows/s on 2 cores; one `rows_to_arrow` and
@@ -37,8 +43,9 @@ import pandas as pd
 import pyarrow as pa
 
 from jobs.core.callfields import redact
+from jobs.core.rowsink import CALLS_WAIT_S
 from jobs.core.schemas import STATUS_ERROR, Table, TableColumnError, rows_to_arrow
-from serving.client import ChatClient, Endpoint
+from serving.client import CallsStopped, ChatClient, Endpoint
 from jobs.core.modelconfig import ModelConfig
 from serving.governance import DataGovernanceError
 
@@ -70,6 +77,11 @@ class ChatStage:
     sink_channel: str = ""  # this stage's channel of the sink (the driver's sink serves all its stages)
     sink_every_s: float = SINK_EVERY_S
     sink_rows: int = SINK_ROWS
+    calls_wait_s: float = CALLS_WAIT_S  # an interrupted worker's wait for its calls on the wire
+    # What the progress counts: None, the input rows as they finish; else the units a subclass
+    # reports with `advance`, `planned_units(rows)` of them.
+    progress_unit: str | None = None
+    rows_unit: str = "row"  # what a row is, in the progress line
 
     def __init__(self, endpoints: dict[str, dict[str, Any]], concurrency_share: float, sensitivity: str):
         self.client = ChatClient(endpoints_from_spec(endpoints), concurrency_share=concurrency_share)
@@ -84,6 +96,27 @@ class ChatStage:
         self._draining = False  # interrupted: every finished row goes to the sink at once
         self._put_lock: asyncio.Lock | None = None
         self._puts = 0  # the puts made: with `_id`, each put's id (the sink keeps a put once)
+        self._units = 0  # progress units done, not yet put
+        self._rows_open = 0  # rows running (`_finished`): an interrupted worker waits for them
+        self._idle: asyncio.Event | None = None  # set when the last open row ends, once drained
+
+    @classmethod
+    def planned_units(cls, rows: pd.DataFrame) -> int:
+        """The progress units `rows` plan (with `progress_unit`); the rows themselves by default."""
+        return len(rows)
+
+    def advance(self, n: int = 1) -> None:
+        """Report `n` progress units done; they reach the driver with the next put."""
+        if n <= 0:
+            return
+        self._units += n
+        if self.sink is not None:
+            self._ensure_ticker()
+
+    def take_units(self) -> int:
+        """The units reported since the last take (a stage without a sink: the inline runner)."""
+        units, self._units = self._units, 0
+        return units
 
     async def process_row(self, row: dict[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
         raise NotImplementedError
@@ -94,7 +127,7 @@ class ChatStage:
     async def _guarded(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         try:
             out = await self.process_row(row)
-        except DataGovernanceError:
+        except (DataGovernanceError, CallsStopped):
             raise
         except Exception as exc:  # noqa: BLE001 - a bug in one row must not lose the batch
             log.exception("row %s failed", {k: row.get(k) for k in self.table.key if k in row})
@@ -119,7 +152,15 @@ class ChatStage:
         return pa.concat_tables(parts)
 
     async def _finished(self, row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        done = (row, await self._guarded(row))
+        self._rows_open += 1
+        try:
+            done = (row, await self._guarded(row))
+        except CallsStopped:
+            return row, []  # interrupted before its call went out: no row, a resume sends it
+        finally:
+            self._rows_open -= 1
+            if self._rows_open == 0 and self._idle is not None:
+                self._idle.set()
         if self.sink is not None:
             self._waiting.append(done)
             self._n_waiting += len(done[1])
@@ -134,33 +175,53 @@ class ChatStage:
         worker's answer to a drain, sent even with nothing waiting. One put at a time, so that
         when the answer arrives every earlier put of this worker has too."""
         self._last_put = time.monotonic()
-        if not self._waiting and not answer:
+        if not self._waiting and not answer and not self._units:
             return
         if self._put_lock is None:
             self._put_lock = asyncio.Lock()
         async with self._put_lock:
             done, self._waiting, self._n_waiting = self._waiting, [], 0
-            if done or answer:
+            units, self._units = self._units, 0
+            if done or answer or units:
                 self._puts += 1
                 await self.sink.put.remote(self._arrow(done) if done else None, self.sink_channel,
-                                           self._id if answer else None, put_id=f"{self._id}:{self._puts}")
+                                           self._id if answer else None, put_id=f"{self._id}:{self._puts}",
+                                           units=units)
 
     async def _watch_drain(self) -> None:
         try:
-            if not await self.sink.drained.remote(self.sink_channel, self._id):
-                return  # the stage ended
+            interrupted = await self.sink.drained.remote(self.sink_channel, self._id)
+            # Interrupted, or the stage is over (every row done, or a lost node ended it, and
+            # this worker is to be torn down): nothing new goes out, and rows not sent yet end
+            # without a row (the rows a stopped stage still puts would be dropped anyway).
+            self.client.stop()
+            if not interrupted:
+                return
             self._draining = True
+            await self._settle()
             await self._put(answer=True)
         except Exception:  # noqa: BLE001 - the driver stops waiting for this worker after a bound
             log.exception("handing the finished rows to the interrupted driver failed")
+
+    async def _settle(self) -> None:
+        """Wait until every open row has ended (its call answered, or stopped before it went
+        out), at most `calls_wait_s`: each answered row is put as it ends (`_draining`)."""
+        if self._rows_open == 0:
+            return
+        self._idle = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._idle.wait(), self.calls_wait_s)
+        except asyncio.TimeoutError:
+            log.warning("interrupted: %d row(s) still waiting for their calls after %.0f s are not kept; a resume "
+                        "sends them again", self._rows_open, self.calls_wait_s)
 
     def _ensure_ticker(self) -> None:
         if self._ticker is None or self._ticker.done():
             self._ticker = asyncio.get_running_loop().create_task(self._tick())
 
     async def _tick(self) -> None:
-        # Runs while rows wait; ends by itself, so no task is left when the event loop closes.
-        while self._waiting:
+        # Runs while rows or units wait; ends by itself, so no task is left when the loop closes.
+        while self._waiting or self._units:
             await asyncio.sleep(max(0.0, self._last_put + self.sink_every_s - time.monotonic()))
             try:
                 await self._put()

@@ -1,5 +1,5 @@
-"""A stage's planned rows, staged on disk and read back by Ray Data's own tasks (a stage of more
-than `jobs.runner.IN_MEMORY_ROWS` rows; a smaller one goes to Ray Data from memory).
+"""A stage's planned rows as its Ray Data source (`stage_source`): staged on disk and read back by
+Ray Data's own tasks (a stage of more than `IN_MEMORY_ROWS` rows), or blocks from memory.
 
 The driver writes the rows a stage will process to Parquet in slices, a row group per
 `rows_per_task` rows, and Ray Data reads the row groups back in read tasks on the driver's node
@@ -40,6 +40,11 @@ SLICE_ROWS = 8192
 # block size), so read tasks, not row groups, are the blocks the model-call workers share.
 MAX_READS = 64
 GROUPS_PER_PART = 64
+# A stage of at most this many rows hands Ray Data its blocks from memory, not staged on disk
+# (`stage_source`): where a stage's start is a large share of its time. Not more: on the 64-dialogue
+# benchmark an in-memory source left the calls' sustained rate ~0.1 lower (0.78-0.85 vs
+# 0.87-0.94 of the bare loop, docs/benchmarks.md, session 11; the cause is not found).
+IN_MEMORY_ROWS = 32
 
 
 class Unstageable(ValueError):
@@ -193,6 +198,55 @@ def remove_staged(path: Path) -> None:
         path.parent.rmdir()
     except OSError:
         pass  # another stage's rows are still there
+
+
+def stage_source(ray: Any, rows: pd.DataFrame | Staged, rows_per_task: int, run_dir: Path,
+            desc: str) -> tuple[Any, str, Path | None]:
+    """The stage's input as a Ray dataset of `rows_per_task`-row blocks, the blocks' batch
+    format, and the staged file to remove when the stage ends (None: nothing staged).
+
+    A stage of up to `IN_MEMORY_ROWS` rows goes in memory (`from_items` of the rows as Arrow
+    gives them; `from_pandas` when a column mixes types Arrow cannot hold): no read task has to
+    wait for a worker process of its own, a second or more on a busy 2-core node, once per stage
+    (docs/benchmarks.md, `make demo`). Larger stages are staged on disk (here, or by the job
+    ahead: `Staged`) and read by Ray Data's tasks (`jobs.staged`), so the driver's memory does
+    not grow with the rows.
+    """
+    if len(rows) <= IN_MEMORY_ROWS:
+        blocks, batch_format = memory_blocks(rows, rows_per_task)
+        if batch_format == "pyarrow":
+            # `from_items` builds the blocks and their metadata here; `from_arrow` would run a
+            # remote task per block for the metadata, and that task waits for a worker process.
+            source = ray.data.from_items([r for b in blocks for r in b.to_pylist()],
+                                         override_num_blocks=len(blocks))
+        else:
+            source = ray.data.from_pandas(blocks)
+        return source, batch_format, rows.path if isinstance(rows, Staged) else None
+    try:
+        path = rows.path if isinstance(rows, Staged) else stage_rows(rows, run_dir, desc, rows_per_task)
+    except Unstageable:
+        frames, batch_format = memory_blocks(rows, rows_per_task)
+        return ray.data.from_pandas(frames), batch_format, None
+    # num_cpus=0: a read takes milliseconds and must never wait behind the model-call workers
+    # and Serve replicas for a CPU slot (on 2 cores they hold them all). concurrency=1: with no
+    # CPU to wait for, Ray starts a worker process per read task in flight (42 processes, a
+    # minute of imports on 2 cores, at 64 read tasks); one reader does them all in milliseconds.
+    # The source's own read tasks (`StagedRows.num_reads`): no split into smaller blocks.
+    staged = StagedRows(path)
+    return ray.data.read_datasource(staged, num_cpus=0, concurrency=1,
+                                    override_num_blocks=staged.num_reads), "pyarrow", path
+
+
+def memory_blocks(rows: pd.DataFrame | Staged, rows_per_task: int) -> tuple[list, str]:
+    """`rows` as in-memory blocks of `rows_per_task` rows, in order, and their batch format:
+    Arrow tables ("pyarrow", rows reach the stage as `to_pylist` dicts, as from staged rows),
+    or frames ("pandas") when a column mixes types Arrow cannot hold."""
+    frame = rows.frame() if isinstance(rows, Staged) else rows.reset_index(drop=True)
+    frames = [frame.iloc[i : i + rows_per_task] for i in range(0, len(frame), rows_per_task)]
+    try:
+        return [pa.Table.from_pandas(f, preserve_index=False) for f in frames], "pyarrow"
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return frames, "pandas"
 
 
 class StagedRows(Datasource):

@@ -2,16 +2,16 @@
 
 Ray Data hands a block back only when its last row is done, so rows answered early in a block
 would wait for its slowest row, and an interrupted run would throw them away with the block.
-Instead each worker puts its finished rows into a `RowSink` actor in batches, one Arrow table at
-least every half second (`jobs.stage.ChatStage`: no remote call per row); the driver's
-`Collector` takes them every half second, counts them for the progress bar and the failure
-summary, and writes a part every `flush_every_s`. On Ctrl-C or SIGTERM (Ray's job stop, a pod's
-shutdown) the driver first drains the workers: the sink wakes each worker's standing `drained`
-call, every worker puts the rows it still holds (and then each row as it finishes), and the sink
-hands all of them to the driver once every worker has answered (at most `DRAIN_WAIT_S`). Only
-then does the signal end the stage, and Ray Data kill the workers: only calls unanswered at the
-signal are sent again on resume. (Before, the signal ended Ray Data's iteration at once, which
-killed the workers with up to half a second of answered rows in them: issue 34, item 6.)
+Instead each worker puts its finished rows into the driver's `RowSink` actor in batches
+(`jobs.core.rowsink`); the driver's `Collector` takes them every half second, counts them for
+the progress (`jobs.core.progress`, with the units the workers report) and the failure summary,
+and writes a part every `flush_every_s`. On Ctrl-C or SIGTERM (Ray's job stop, a pod's shutdown)
+the driver first drains the workers: each stops sending, lets its calls on the wire answer (at
+most `CALLS_WAIT_S`) and puts every row it holds; the sink hands them to the driver once every
+worker has answered (at most `DRAIN_WAIT_S`). Only then does the signal end the stage, and Ray
+Data kill the workers: only calls unanswered at the signal are sent again on resume. (Before,
+the workers went on sending while the stage was torn down, and those calls' rows were dropped:
+22 calls sent, 14 rows kept at concurrency 4, issue 42, point 6.)
 
 A part that cannot be written keeps its rows in memory and is tried again at the next flush; at
 the end, rows that still could not be written go to `jobs.core.store.rescue`, never dropped.
@@ -19,10 +19,10 @@ the end, rows that still could not be written go to `jobs.core.store.rescue`, ne
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -31,121 +31,14 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from jobs.core.preflight import FailureSummary
+from jobs.core.rowsink import CALLS_WAIT_S, DRAIN_WAIT_S, RowSink, sink_for_driver
 from jobs.core.schemas import STATUS_OK
 from jobs.core.store import TableStore, rescue
 
-__all__ = ["DRAIN_WAIT_S", "Collector", "Interrupted", "RowSink", "WriteFailed", "interrupt_signals",
+__all__ = ["CALLS_WAIT_S", "DRAIN_WAIT_S", "Collector", "Interrupted", "RowSink", "WriteFailed", "interrupt_signals",
            "raise_on_sigterm", "sink_for_driver"]
 
 rows_log = logging.getLogger("jobs.rows")  # per-row errors: the job's log file, not the console
-
-# How long an interrupted stage waits for its workers to hand over the rows they hold. They answer
-# in milliseconds; the bound is for a worker that is dead or stuck, which must not hold up Ctrl-C.
-DRAIN_WAIT_S = 3.0
-
-
-class RowSink:
-    """A Ray actor (wrapped with `ray.remote` by the driver): finished rows wait here until the
-    driver takes them. No CPU: it only holds references.
-
-    One per driver, shared by its stages (`sink_for_driver`): a stage's workers put under the
-    stage's own channel and its `Collector` takes that channel only, so a stage starts no actor
-    process of its own for its rows (on a busy 2-core node a process costs a second or more).
-    `close` hands back a channel's last tables and drops whatever is put there later (a worker
-    of a stage that was stopped), which the stage would not have kept either.
-
-    `drain` (an interrupted stage) first gets the rows its workers still hold: each worker keeps
-    a `drained` call waiting here (an async actor holds them without a thread each), `drain` wakes
-    them, and each worker answers with a `put` naming itself."""
-
-    def __init__(self) -> None:
-        self._tables: dict[str, list[pa.Table]] = {}
-        self._closed: set[str] = set()
-        self._wake: dict[str, asyncio.Event] = {}  # per channel: set by `drain` or `close`
-        self._workers: dict[str, set[str]] = {}  # per channel: the workers waiting in `drained`
-        self._answered: dict[str, set[str]] = {}  # per channel: the workers that put after the wake
-        self._nodes: dict[str, dict[str, str]] = {}  # per channel: worker -> the node it runs on
-        self._put_ids: dict[str, set[str]] = {}  # per channel: the puts received (a put is kept once)
-
-    def put(self, table: pa.Table | None, channel: str = "", worker: str | None = None,
-            put_id: str | None = None) -> None:
-        """`worker`: a worker's answer to `drained` (its table may be None: it held no rows).
-        `put_id` (the worker's and the put's number): a put that arrives twice is kept once."""
-        seen = self._put_ids.setdefault(channel, set())
-        if put_id is not None and (put_id in seen or seen.add(put_id)):
-            return
-        if channel not in self._closed and table is not None:
-            self._tables.setdefault(channel, []).append(table)
-        if worker is not None:
-            self._answered.setdefault(channel, set()).add(worker)
-
-    def hello(self, channel: str, worker: str, node_id: str) -> None:  # a worker started there
-        self._nodes.setdefault(channel, {})[worker] = node_id
-
-    def placement(self, channel: str = "") -> dict[str, str]:  # worker -> node, for `jobs.placement`
-        return dict(self._nodes.get(channel, {}))
-
-    def _event(self, channel: str) -> asyncio.Event:
-        return self._wake.setdefault(channel, asyncio.Event())
-
-    async def drained(self, channel: str, worker: str) -> bool:
-        """A worker's standing call: returns when its stage is interrupted (True: put what you
-        hold, naming yourself) or has ended (False: nothing to do)."""
-        if channel in self._closed:
-            return False
-        self._workers.setdefault(channel, set()).add(worker)
-        await self._event(channel).wait()
-        return channel not in self._closed
-
-    async def drain(self, channel: str = "", wait_s: float = DRAIN_WAIT_S) -> list[pa.Table]:
-        """Wake the channel's workers, wait until each has put what it held (at most `wait_s`),
-        then `close` the channel, handing back its last tables."""
-        self._event(channel).set()
-        deadline = time.monotonic() + wait_s
-        while (not self._workers.get(channel, set()) <= self._answered.get(channel, set())
-               and time.monotonic() < deadline):
-            await asyncio.sleep(0.01)
-        return self.close(channel)
-
-    def take(self, channel: str = "") -> list[pa.Table]:
-        out = self._tables.get(channel, [])
-        if out:
-            self._tables[channel] = []
-        return out
-
-    def close(self, channel: str = "") -> list[pa.Table]:
-        self._closed.add(channel)
-        if channel in self._wake:
-            self._wake.pop(channel).set()  # the workers' standing calls return (False)
-        self._workers.pop(channel, None)
-        self._answered.pop(channel, None)
-        self._nodes.pop(channel, None)
-        self._put_ids.pop(channel, None)
-        return self._tables.pop(channel, [])
-
-
-def sink_for_driver(ray: Any) -> tuple[Any, str]:
-    """This driver's `RowSink` actor and its name (how workers find it), started by its first
-    stage and kept for the next ones (it ends with the driver): named after the driver's job, so
-    drivers sharing a cluster each have their own."""
-    context = ray.get_runtime_context()
-    name = f"rowsink-{context.get_job_id()}"
-    # A process may join a second cluster after the first (tests do), whose first job has the
-    # same id: the node's id tells the clusters apart.
-    key = (context.get_node_id(), name)
-    if key not in _SINKS:
-        # Held here: Ray ends an actor that is not detached, named or not, with its last handle.
-        # On the driver's own node: a worker node that dies (issue 34) must not take the rows
-        # its workers handed over with it, and the driver is gone anyway if its node is.
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        here = NodeAffinitySchedulingStrategy(node_id=context.get_node_id(), soft=False)
-        _SINKS[key] = ray.remote(num_cpus=0)(RowSink).options(
-            name=name, get_if_exists=True, scheduling_strategy=here).remote()
-    return _SINKS[key], name
-
-
-_SINKS: dict[tuple[str, str], Any] = {}  # this driver's sink on each cluster it joined
 
 
 class Interrupted(KeyboardInterrupt):
@@ -209,8 +102,12 @@ class Collector:
     """Driver side of the sink: take rows, count them, write them, never drop them."""
 
     def __init__(self, store: TableStore, sink: Any, *, flush_every_s: float, bar: Any,
-                 counter: Callable[[pa.Table], Any], channel: str = ""):
+                 counter: Callable[[pa.Table], Any], channel: str = "", worker_units: bool = False):
+        """`bar`: the stage's progress (`jobs.core.progress.Progress`, or anything with tqdm's
+        `update`/`set_postfix`/`clear`). `worker_units`: the progress counts the units the
+        workers report (a dialogue's turns), not the input rows `counter` counts."""
         self.store = store
+        self.worker_units = worker_units
         self.sink = sink
         self.channel = channel  # the stage's channel of the sink
         self.flush_every_s = flush_every_s
@@ -235,24 +132,25 @@ class Collector:
         """Move what the sink holds into the pending rows; returns the input rows taken."""
         import ray  # the driver side of a Ray run only; an inline run never takes
 
-        return self.add(ray.get(self.sink.take.remote(self.channel), timeout=timeout))
+        return self.add(*ray.get(self.sink.take.remote(self.channel, True), timeout=timeout))
 
     def take_drained(self, wait_s: float = DRAIN_WAIT_S) -> int:
         """The rows the channel's workers still hold, and the channel's last rows (it is closed)."""
         import ray
 
-        return self.add(ray.get(self.sink.drain.remote(self.channel, wait_s), timeout=wait_s + 30))
+        return self.add(*ray.get(self.sink.drain.remote(self.channel, wait_s, True), timeout=wait_s + 30))
 
     def take_last(self, timeout: float = 30.0) -> int:
         """The channel's last rows; the sink drops what its workers put there after this."""
         import ray
 
-        return self.add(ray.get(self.sink.close.remote(self.channel), timeout=timeout))
+        return self.add(*ray.get(self.sink.close.remote(self.channel, True), timeout=timeout))
 
-    def add(self, tables: list[pa.Table]) -> int:
+    def add(self, tables: list[pa.Table], units: int = 0) -> int:
         """Count finished rows (tables of whole input rows' output) and keep them for the next
-        flush. A table taken a second time (its rows to the microsecond of `created_at`) is
-        dropped with a warning: twice in ~20 node-loss runs (issue 34); the cause is not found."""
+        flush; `units`: progress the workers reported with them (`worker_units`). A table taken
+        a second time (its rows to the microsecond of `created_at`) is dropped with a warning:
+        twice in ~20 node-loss runs (issue 34); the cause is not found."""
         tables = [t for t in tables if t.num_rows and self._first_time(t)]
         n_rows = 0
         for t in tables:
@@ -266,8 +164,10 @@ class Collector:
         if tables:
             with self._lock:
                 self._pending.extend(tables)
-            self.bar.update(n_rows)
             self.bar.set_postfix(ok=self.counts["ok"], failed=self.counts["failed"], refresh=False)
+        progress = units if self.worker_units else n_rows
+        if progress:
+            self.bar.update(progress)
         return n_rows
 
     def _first_time(self, t: pa.Table) -> bool:
@@ -332,6 +232,9 @@ class Collector:
         not the handler, which may have cut into a Ray call of the main thread."""
         if self._thread is None or not self._thread.is_alive():
             return  # an inline run: every finished row is already here
+        self.bar.clear()
+        print(f"\nstopping: no new calls; the calls in flight may answer (up to {CALLS_WAIT_S:.0f} s), then every "
+              "answered row is saved", file=sys.stderr, flush=True)
         self._drain.set()
         self._wake.set()
         if not self._drained.wait(wait_s + 35):
@@ -358,6 +261,9 @@ class Collector:
                     self.flush()
             except Exception:  # noqa: BLE001 - the main thread's final take/flush reports it
                 rows_log.exception("collecting finished rows failed; retrying")
+            tick = getattr(self.bar, "tick", None)  # the plain progress line, when one is due
+            if tick is not None:
+                tick()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="row-collector", daemon=True)

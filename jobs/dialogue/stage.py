@@ -8,6 +8,10 @@ row is the dialogue's DIALOGUES row, which the runner writes.
 
 A row carries its `DialogueSpec` as JSON (`spec`), the turns already written (`done`, JSON, for
 resume) and its data's `sensitivity`; see `jobs.dialogue.job.plan_rows`.
+
+Progress counts turns: a dialogue plans its cap's turns less those written before, reports each
+turn as it is answered and, when it ends before its cap (a stop token, an error), the turns it
+will not play, so the stage's total stays as planned and reaches it exactly.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
+import pandas as pd
+
 from jobs.core.callfields import generation_fields, redact
-from jobs.dialogue.engine import DialogueResult, DialogueSpec, run_dialogue
+from jobs.dialogue.engine import DialogueResult, DialogueSpec, completed_prefix, run_dialogue
 from jobs.dialogue.writer import TurnWriter
 from jobs.core.schemas import DIALOGUES, ENDED_ERROR, TURNS
 from jobs.stage import ChatStage
@@ -28,6 +34,14 @@ def strictest(*values: Any) -> str:
     """`public` only when every given sensitivity says so; anything else (missing included) is
     `restricted`: the check fails closed."""
     return "public" if values and all(v == "public" for v in values) else "restricted"
+
+
+def planned_turns(spec_json: str, done_json: Any) -> int:
+    """The turns a planned row will play at most: its cap less the turns it resumes after. Reads
+    only the cap from the JSON (a whole `DialogueSpec` per row costs the driver ~1 ms each)."""
+    cap = int(json.loads(spec_json)["rules"]["max_turns"])
+    done = json.loads(done_json) if isinstance(done_json, str) and done_json else []
+    return max(0, cap - len(completed_prefix(done)))
 
 
 def dialogue_row(spec: DialogueSpec, result: DialogueResult, params: GenerationParams, run_id: str) -> dict[str, Any]:
@@ -60,6 +74,12 @@ class DialogueStage(ChatStage):
     """Ray Data UDF: each row a dialogue; output one DIALOGUES row per dialogue."""
 
     table = DIALOGUES
+    progress_unit = "turn"
+    rows_unit = "dialogue"
+
+    @classmethod
+    def planned_units(cls, rows: pd.DataFrame) -> int:
+        return sum(planned_turns(spec, done) for spec, done in zip(rows["spec"], rows["done"]))
 
     def __init__(self, endpoints: dict[str, dict[str, Any]], concurrency_share: float, sensitivity: str,
                  run_dir: str, run_id: str, flush_every_s: float = 2.0):
@@ -78,11 +98,17 @@ class DialogueStage(ChatStage):
         row_sens = row.get("sensitivity") if isinstance(row.get("sensitivity"), str) else self.sensitivity
         sensitivity = strictest(row_sens)
         params = {a.role: self.client.endpoint(a.model).model.params(a.generation) for a in spec.agents}
+        planned = max(0, spec.rules.max_turns - len(completed_prefix(done)))
+
+        def on_turn(turn: dict[str, Any]) -> None:
+            self.writer.add(self.turn_row(spec, turn))
+            self.advance()
+
         self.writer.open += 1
         try:
-            result = await run_dialogue(self.client, spec, params, sensitivity=sensitivity, done=done,
-                                        on_turn=lambda t: self.writer.add(self.turn_row(spec, t)))
+            result = await run_dialogue(self.client, spec, params, sensitivity=sensitivity, done=done, on_turn=on_turn)
             await self.writer.sync()
+            self.advance(planned - result.new_turns)  # ended before its cap: the turns it will not play
         except BaseException:
             self.writer.flush()  # the turns answered before a bug or a cancel are kept
             raise

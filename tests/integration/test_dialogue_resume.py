@@ -73,6 +73,13 @@ def test_sigkill_mid_way_then_resume_from_the_last_written_turn(tmp_path):
         log = fake.log_lines()[sent_before:]
 
     assert resumed > 0 and "'failed': 0" in second.stdout
+    # Progress in turns, without a terminal as plain lines (issue 44, point 3): the first run
+    # plans 16 x 12 turns; the resume plans the turns left and ends at all of them.
+    assert f"dialogues: 0/{N_DIALOGUES * N_TURNS} turns (0.0%)" in (tmp_path / "first.log").read_text()
+    left = N_DIALOGUES * N_TURNS - len(completed)
+    final = re.search(rf"dialogues: {left}/{left} turns \(100\.0%\), done in \S+; "
+                      r"dialogues: (\d+) of (\d+) ended \(\d+ ok, 0 failed\)", second.stderr)
+    assert final and final.group(1) == final.group(2), second.stderr[-2000:]
     resent = [r["request_key"] for r in log if _turn_key(r["request_key"]) in completed]
     assert resent == [], f"{len(resent)} completed turn(s) sent again: {resent[:5]}"
     sent = [_turn_key(r["request_key"]) for r in log]

@@ -124,8 +124,7 @@ def test_a_small_stages_rows_become_in_memory_blocks_in_order(tmp_path):
     index; rows staged ahead come back the same; a column Arrow cannot type stays in frames."""
     import pyarrow as pa
 
-    from jobs.runner import IN_MEMORY_ROWS, memory_blocks
-    from jobs.staged import StageWriter
+    from jobs.staged import IN_MEMORY_ROWS, StageWriter, memory_blocks
 
     rows = pd.DataFrame({"context_id": [f"c{i}" for i in range(7)], "n": range(7)}, index=range(50, 57))
     blocks, fmt = memory_blocks(rows, rows_per_task=3)

@@ -18,8 +18,9 @@ class _Put:
         self.sink = sink
 
     def remote(self, table: pa.Table | None, channel: str = "", worker: str | None = None,
-               put_id: str | None = None):
+               put_id: str | None = None, units: int = 0):
         # `sink.put.remote(...)` on a Ray actor: awaitable
+        self.sink.units.append(units)
         if put_id is not None:
             self.sink.put_ids.append(put_id)
         if table is not None:
@@ -50,6 +51,7 @@ class _Sink:
         self.channels: list[str] = []
         self.answers: list[str] = []  # workers that answered a drain
         self.put_ids: list[str] = []
+        self.units: list[int] = []  # each put's progress units
         self.waiting: list[str] = []  # workers whose `drained` call waits
         self.changed = asyncio.Event()
         self.wake = asyncio.get_running_loop().create_future()
@@ -160,10 +162,11 @@ def test_without_a_sink_the_block_carries_the_rows():
     assert out.column("context_id").to_pylist() == ["0", "1", "2"] and out.schema == RESPONSES.schema
 
 
-def test_an_interrupt_has_the_worker_put_the_rows_it_holds_at_once_and_then_each_as_it_finishes():
+def test_an_interrupt_has_the_worker_put_what_it_holds_once_its_open_rows_have_ended():
     """Issue 34, item 6: rows answered less than `sink_every_s` before Ctrl-C were still in their
-    worker when Ray Data killed it. The driver's drain wakes the worker's standing `drained`
-    call: it puts what it holds at once, naming itself, and every later row as it finishes."""
+    worker when Ray Data killed it. Issue 42, point 6: calls still on the wire at the signal were
+    lost too. The driver's drain wakes the worker's standing `drained` call: it waits for its
+    open rows (at most `CALLS_WAIT_S`), putting each as it ends, then answers, naming itself."""
     async def go():
         gate = asyncio.Event()
         stage = _Stage(gates={"3": gate})
@@ -173,17 +176,107 @@ def test_an_interrupt_has_the_worker_put_the_rows_it_holds_at_once_and_then_each
             await asyncio.sleep(0)
         assert stage.sink.tables == [] and stage.sink.waiting == [stage._id]
         stage.sink.drain()
+        await asyncio.sleep(0.05)
+        assert stage.sink.answers == []  # row 3 is still open: no answer yet
+        gate.set()  # its call answers: put at once, then the answer
         while not stage.sink.answers:
-            await asyncio.sleep(0)
-        held = sorted(stage.sink.ids())
-        gate.set()  # a row answered after the interrupt: put as it finishes, not on the timer
-        while len(stage.sink.tables) < 2:
             stage.sink.changed.clear()
             await stage.sink.changed.wait()
-        late = len(stage.sink.tables)
+        kept = sorted(stage.sink.ids())
         await call
-        return stage, held, late
+        return stage, kept
 
-    stage, held, late = _run(go())
-    assert held == ["0", "1", "2"] and stage.sink.answers == [stage._id]
-    assert late == 2 and stage.sink.ids()[-1] == "3"
+    stage, kept = _run(go())
+    assert kept == ["0", "1", "2", "3"] and stage.sink.answers == [stage._id]
+
+
+def test_a_worker_whose_open_rows_do_not_end_answers_after_its_wait():
+    """A call that takes longer than `calls_wait_s` (a long generation) is given up: the worker
+    answers with what it holds, and Ctrl-C is not held up by it."""
+    async def go():
+        stage = _Stage(gates={"1": asyncio.Event()})  # never answers
+        stage.sink, stage.sink_every_s, stage.calls_wait_s = _Sink(), 3600.0, 0.2
+        call = asyncio.ensure_future(stage(_batch(range(2))))
+        while len(stage._waiting) < 1:
+            await asyncio.sleep(0)
+        start = asyncio.get_running_loop().time()
+        stage.sink.drain()
+        while not stage.sink.answers:
+            stage.sink.changed.clear()
+            await stage.sink.changed.wait()
+        waited = asyncio.get_running_loop().time() - start
+        call.cancel()
+        return stage, waited
+
+    stage, waited = _run(go())
+    assert 0.2 <= waited < 2 and stage.sink.ids() == ["0"] and stage.sink.answers == [stage._id]
+
+
+class _Calling(ChatStage):
+    """Each row one call to the model `fake`, as `jobs.generate`'s stage."""
+
+    table = RESPONSES
+
+    async def process_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        res = await self.client.chat("fake", [{"role": "user", "content": row["context_id"]}],
+                                     sensitivity="public", request_key=row["context_id"])
+        return {"context_id": row["context_id"], "model": "fake", "status": res.status, "response": res.content,
+                "error": res.error}
+
+
+def test_an_interrupt_sends_no_new_call_and_keeps_every_call_on_the_wire():
+    """Issue 42, point 6: 22 calls sent, 14 rows kept at concurrency 4: the workers went on
+    sending while the stage was torn down. Against the fake endpoint (0.4 s a call, 2 at a time):
+    the drain comes while the first 2 calls are on the wire; those 2 answer and are put before
+    the worker answers the drain, and none of the 4 rows waiting for the semaphore is sent."""
+    from serving.client import Endpoint
+    from jobs.stage import endpoints_to_spec
+    from tests.fakes.openai_server import FakeServer
+    from tests.unit.jobs.dialogue.helpers import model
+
+    with FakeServer(latency=0.4) as server:
+        m = model("fake", server.base_url, concurrency=2)
+
+        async def go():
+            stage = _Calling(endpoints_to_spec({"fake": Endpoint(m, m.base_url)}), 1.0, "public")
+            stage.sink, stage.sink_every_s = _Sink(), 3600.0
+            call = asyncio.ensure_future(stage(_batch(range(6))))
+            while len(server.log_lines()) < 2:
+                await asyncio.sleep(0.01)
+            stage.sink.drain()
+            while not stage.sink.answers:
+                stage.sink.changed.clear()
+                await stage.sink.changed.wait()
+            kept = list(stage.sink.ids())
+            await call
+            await stage.client.aclose()
+            return kept, stage.sink
+
+        kept, sink = _run(go())
+        sent = [r["request_key"] for r in server.log_lines()]
+    assert len(sent) == 2 and sorted(kept) == sorted(sent)
+    assert sink.ids() == kept  # the 4 rows not sent: no row at all, a resume sends them
+    df = pa.concat_tables(sink.tables).to_pandas()
+    assert (df["status"] == "ok").all()
+
+
+def test_units_a_stage_reports_go_with_its_puts_and_alone_when_no_row_waits():
+    """Issue 44, point 3: a dialogue stage reports each turn; the units ride on the puts the rows
+    make, and a put carries them alone (no table) when no row is finished."""
+    class _Turns(_Stage):
+        async def process_row(self, row):
+            for _ in range(3):
+                await asyncio.sleep(0.02)
+                self.advance()
+            return await super().process_row(row)
+
+    async def go():
+        stage = _Turns()
+        stage.sink, stage.sink_every_s = _Sink(), 0.01
+        await stage(_batch(range(2)))
+        await asyncio.sleep(0.05)
+        return stage.sink
+
+    sink = _run(go())
+    assert sum(sink.units) == 6 and len(sink.units) >= 3  # per turn, not only with the rows
+    assert sorted(sink.ids()) == ["0", "1"]

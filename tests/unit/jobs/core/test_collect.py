@@ -181,3 +181,32 @@ def test_a_table_that_reaches_the_driver_twice_is_written_once(tmp_path, caplog)
     c.flush()
     assert c.counts == {"ok": 2, "failed": 0} and c.saved == 2 and c.duplicates == 1
     assert "reached the driver a second time" in caplog.text
+
+
+def test_units_workers_report_are_taken_with_the_rows_per_channel_and_dropped_once_closed(tmp_path):
+    """Issue 44, point 3: a dialogue stage's turns reach the driver with the rows' puts (or alone),
+    one remote call per half second per worker, never one per turn."""
+    from jobs.core.collect import RowSink
+
+    store = TableStore(tmp_path, RESPONSES, writer=True)
+    a, b = _rows(store, "ok", "ok")
+    sink = RowSink()
+    sink.put(None, "synth", put_id="w1:1", units=3)
+    sink.put(a, "synth", put_id="w1:2", units=2)
+    sink.put(None, "synth", put_id="w1:2", units=2)  # the same put again: counted once
+    sink.put(None, "judge", put_id="w2:1", units=7)
+    assert sink.take("synth", True) == ([a], 5) and sink.take("synth", True) == ([], 0)
+    sink.put(b, "synth", put_id="w1:3", units=1)
+    assert sink.close("synth", True) == ([b], 1)
+    sink.put(None, "synth", put_id="w1:4", units=4)  # after the close: dropped
+    assert sink.take("synth", True) == ([], 0) and sink.take("judge") == [] and sink.close("judge", True) == ([], 7)
+
+
+def test_a_collector_counts_worker_units_for_the_progress_and_rows_for_ok_and_failed(tmp_path):
+    store = TableStore(tmp_path, RESPONSES, writer=True)
+    bar = _Bar()
+    c = Collector(store, None, flush_every_s=60, bar=bar, counter=count_rows, worker_units=True)
+    assert c.add([], 12) == 0 and bar.n == 12  # turns reported while no dialogue has ended
+    assert c.add(_rows(store, "ok", "error"), 5) == 2
+    assert bar.n == 17 and c.counts == {"ok": 1, "failed": 1} and bar.postfix == {"ok": 1, "failed": 1,
+                                                                                   "refresh": False}
