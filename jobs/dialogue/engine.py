@@ -274,6 +274,7 @@ async def _one_turn(client: ChatClient, spec: DialogueSpec, params: GenerationPa
         for token in agent.remove:
             raw = raw.replace(token, "")
         cleaned = clean_utterance(raw, agent.label, others, rules.stop_token, first_line=policy.first_line)
+        cleaned = policy.checked(cleaned, raw, agent.label)
         unusable = _unusable(cleaned, policy.require_label)
         repeated = normalized(cleaned.text) in earlier
         if (repeated or unusable) and regenerations < retries:

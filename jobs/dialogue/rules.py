@@ -10,12 +10,15 @@ utterances (turn 1 is the first speaker's first utterance); a round is each agen
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import re
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from jobs.core.base import StrictModel
+from jobs.dialogue.clean import Cleaned
 
 
 
@@ -75,6 +78,9 @@ class RolePolicy(StrictModel):
     behaviour without a policy: a persisting repeat is kept, an empty answer fails the turn."""
 
     require_label: bool = Field(False, description="An answer without the agent's own label (\"Client:\") is unusable.")
+    label_match: Literal["tolerant", "exact"] = Field(
+        "tolerant", description="What counts as the label: tolerant, any case and markdown (\"**client**:\"); "
+        "exact, the text as written (see `exact_label`).")
     first_line: bool = Field(False, description="Keep only the first line after the label.")
     retries: int | None = Field(None, ge=0, description="Times an unusable or repeated answer is asked again; "
                                 "None: the rules' `max_regenerations`.")
@@ -85,6 +91,12 @@ class RolePolicy(StrictModel):
     repeat_fillers: list[str] = Field(default_factory=list, description="Lines drawn for a repeat (on_repeat: filler).")
     unusable_fillers: list[str] = Field(default_factory=list, description="Lines drawn for an unusable answer "
                                         "(on_unusable: filler).")
+
+    def checked(self, cleaned: Cleaned, raw: str, label: str) -> Cleaned:
+        """`cleaned` with its `labeled` judged by this policy's `label_match` on the raw answer."""
+        if self.label_match == "tolerant":
+            return cleaned
+        return dataclasses.replace(cleaned, labeled=exact_label(raw, label))
 
     @model_validator(mode="after")
     def _fillers(self) -> "RolePolicy":
@@ -186,6 +198,17 @@ class DialogueRules(StrictModel):
 
     def regeneration_note(self, utterance: str) -> str:
         return self.repeat_note.replace("{utterance}", utterance)
+
+
+def exact_label(raw: str, label: str) -> bool:
+    """Whether `raw` carries `label` as the SQPsych authors' `post_process` finds it, case and
+    spacing exact: once "**Label:**" is rewritten "Label:", either "Label: " followed by text on
+    the same line occurs anywhere (their `(Label: .+)` match, which then starts the answer), or the
+    stripped answer starts with "Label:"; their `startswith("Label:")` then holds. "**Label**:",
+    "LABEL:", "Label :" and a label after a first line of text without a space and text after it
+    do not count."""
+    text = (raw or "").replace(f"**{label}:**", f"{label}:")
+    return re.search(rf"{re.escape(label)}: .", text) is not None or text.strip().startswith(f"{label}:")
 
 
 def filler_line(fillers: list[str], dialogue_id: str, turn: int) -> str:

@@ -9,7 +9,8 @@ prompts carry Cohere's long system preamble. A protocol file `conf/sqpsych/proto
 names a family's three prompts, the template markers that split a file into the system and the
 user message (the serving engine applies the model's own template, so the tokens themselves are
 never sent), and the strings removed from each raw answer. `AuthorsRules` is the authors' handling
-of an unusable answer, the same for every family: the role label required, the first line kept,
+of an unusable answer, the same for every family: the role label required (as exactly as they
+check it), the first line kept,
 a client's failed line replaced by a filler, a therapist that keeps failing ending the dialogue.
 
 Which protocol a model runs: its model file's `protocols: {sqpsych: NAME}`; a model without one
@@ -23,7 +24,9 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, field_validator
 
 from jobs.core.base import StrictModel
 
@@ -80,26 +83,46 @@ class AuthorsRules(StrictModel):
     """The authors' failure handling and cleaning of an answer (src/agents.py), each a switch:
     false gives the engine's own behaviour for that point (docs/sqpsych-fidelity.md)."""
 
-    role_label: bool = Field(True, description="An answer must carry its role label (\"Therapist:\" / \"Client:\"): "
-                             "the authors keep a line only if it starts with it. false: a line without it is kept.")
+    role_label: Literal["exact", "tolerant", "off"] = Field(
+        "exact", description="An answer must carry its role label (\"Therapist:\" / \"Client:\"). exact: as the "
+        "authors check it, case and spacing as written (`startswith(\"Therapist:\")` after their "
+        "`(Therapist: .+)` match; jobs/dialogue/rules.py `exact_label`); tolerant: any case and markdown "
+        "(\"**therapist**:\", \"THERAPIST :\"), so fewer retries, fillers and abandons; off: a line without it "
+        "is kept. true / false read as exact / off.")
     first_line: bool = Field(True, description="Keep only the first line from the label on (the authors' "
                              "`(Client: .+)` match stops at the line's end). false: every line is kept.")
     client_filler: bool = Field(True, description="A client answer that is empty, unlabeled or repeats an earlier "
                                 "client line is replaced at once by a filler line (the authors never ask the "
                                 "client again). false: asked again up to max_regenerations times, then kept.")
-    abandon_therapist: bool = Field(True, description="A therapist answer still repeated or unusable after "
-                                    "max_regenerations retries ends the dialogue as an error row with the reason "
-                                    "(the authors raise and lose it). false: the last answer is kept.")
+    abandon_therapist: bool = Field(True, description="A therapist answer that fails (repeated or unusable) on "
+                                    "the first call and its max_regenerations - 1 retries ends the dialogue as an "
+                                    "error row with the reason: the authors' `max_attempts` loop makes a last retry "
+                                    "it never reads and raises, losing the dialogue. false: asked again up to "
+                                    "max_regenerations times, then the last answer is kept.")
     unusable_fillers: list[str] = Field(default_factory=lambda: list(UNUSABLE_FILLERS), min_length=1,
                                         description="Fillers for an empty or unlabeled client answer.")
     repeat_fillers: list[str] = Field(default_factory=lambda: list(REPEAT_FILLERS), min_length=1,
                                       description="Fillers for a client answer that repeats an earlier one.")
 
-    def policies(self, therapist: str, client: str) -> dict[str, RolePolicy]:
-        """The engine's per-role policies these switches make."""
-        cleaning = dict(require_label=self.role_label, first_line=self.first_line)
-        abandon = "error" if self.abandon_therapist else "keep"
-        out = {therapist: RolePolicy(**cleaning, on_repeat=abandon, on_unusable=abandon)}
+    @field_validator("role_label", mode="before")
+    @classmethod
+    def _bool_label(cls, value: object) -> object:
+        return {True: "exact", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+    def policies(self, therapist: str, client: str, max_regenerations: int) -> dict[str, RolePolicy]:
+        """The engine's per-role policies these switches make. `max_regenerations` is the authors'
+        `max_attempts` (10): their loop regenerates, counts, and raises once the count reaches it,
+        so the answer of the last retry is never read. The dialogue is lost after the first answer
+        and max_attempts - 1 retries failed; the same outcome here is that many retries, without
+        the call whose answer nobody reads."""
+        cleaning = dict(require_label=self.role_label != "off", first_line=self.first_line,
+                        label_match="exact" if self.role_label == "exact" else "tolerant")
+        if self.abandon_therapist:
+            policy = RolePolicy(**cleaning, retries=max(0, max_regenerations - 1), on_repeat="error",
+                                on_unusable="error")
+        else:
+            policy = RolePolicy(**cleaning, on_repeat="keep", on_unusable="keep")
+        out = {therapist: policy}
         if self.client_filler:
             out[client] = RolePolicy(**cleaning, retries=0, on_repeat="filler", on_unusable="filler",
                                      repeat_fillers=self.repeat_fillers, unusable_fillers=self.unusable_fillers)

@@ -18,10 +18,12 @@ The method, as the code runs it (the paper's section 3 and its code, AI-MH/quest
    client answers the therapist's ending once more, seeing its `[/END]`, a countdown asks to wrap up
    near the end (the authors' words, round 31 asking for the token), and `max_turns` is the hard
    cap. The authors' cleaning and failure handling (`authors_rules`, each a switch): an answer keeps
-   its first line only and must carry its role label; a client answer that is empty, unlabeled or a
+   its first line only and must carry its role label, as exactly as the authors check it
+   ("Therapist:", case and spacing as written; `role_label: tolerant` takes "**therapist**:" too); a client answer that is empty, unlabeled or a
    repeat of an earlier client line becomes a filler line at once; a therapist answer that is one
-   is asked again with a note quoting it, up to `max_regenerations` times, and then ends the
-   dialogue as an error row with the reason. The authors' second call per turn (their
+   is asked again with a note quoting it, and when the first answer and `max_regenerations - 1`
+   retries all failed the dialogue ends as an error row with the reason (the authors' loop makes
+   one retry more, never reads it, and raises). The authors' second call per turn (their
    `iterative_rewrites` flag) is not run: it resamples the same prompt (docs/sqpsych-fidelity.md);
 5. each answered turn is written to `RUN_DIR/turns/` at once; each ended session to
    `RUN_DIR/dialogues/` (turns, how it ended, the models). Re-running resumes every session from
@@ -81,8 +83,11 @@ class SynthesizeConfig(RunConfig):
         "with '[/END]' token.\"; their rounds 32-33 say \"in -1 / -2 turns.\", here round 31's words again); "
         "null: no countdown.",
     )
-    max_regenerations: int = Field(10, ge=0, description="Times a therapist's repeated or unusable answer is asked "
-                                   "again (the paper: 10); the client's too with authors_rules.client_filler=false.")
+    max_regenerations: int = Field(10, ge=0, description="The authors' `max_attempts` (10): with "
+                                   "authors_rules.abandon_therapist a therapist's answer failing on the first call "
+                                   "and max_regenerations - 1 retries loses the dialogue, as theirs; otherwise the "
+                                   "times a repeated or unusable answer is asked again (the client's too with "
+                                   "authors_rules.client_filler=false).")
     authors_rules: AuthorsRules = Field(
         default_factory=AuthorsRules, description="The authors' failure handling and cleaning, each a switch: "
         "role_label, first_line, client_filler, abandon_therapist (jobs/sqpsych/protocol.py).")
@@ -133,7 +138,7 @@ def rules_for(group: str, cfg: SynthesizeConfig) -> DialogueRules:
         max_turns=cfg.max_turns, final_reply=True, final_reply_roles=[THERAPIST], stop_in_history=True,
         max_regenerations=cfg.max_regenerations,
         repeat_note="Your utterance should be different from {utterance}", countdown=cfg.countdown,
-        policies=cfg.authors_rules.policies(THERAPIST, CLIENT),
+        policies=cfg.authors_rules.policies(THERAPIST, CLIENT, cfg.max_regenerations),
     )
 
 
@@ -212,7 +217,7 @@ def run(cfg: SynthesizeConfig) -> int:
     abandoned = failures.counts.get(ABANDONED, 0)
     if abandoned:
         print(f"synthesize: {abandoned} dialogue(s) {ABANDONED} (a therapist still repeating or unlabeled after "
-              f"{cfg.max_regenerations} retries; authors_rules.abandon_therapist): error rows with the reason, not "
-              "counted against max_failed_fraction", flush=True)
+              f"{max(0, cfg.max_regenerations - 1)} retries; authors_rules.abandon_therapist): error rows with the "
+              "reason, not counted against max_failed_fraction", flush=True)
     return summarize("synthesize", counts["ok"], counts["failed"] - abandoned, failures,
                      cfg.max_failed_fraction, "dialogues", Path(cfg.run_dir) / "dialogues")
