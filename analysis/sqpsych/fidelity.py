@@ -2,7 +2,10 @@
 
 Per therapist model and item: Cohen's weighted kappa (quadratic weights, scikit-learn) between
 the judge's answers (`sqpsych_fidelity` scores, one per dialogue and item; several judges are
-averaged and rounded first) and the record's values, over the model's dialogues. The
+averaged, then rounded half up: 2.5 is 3) and the record's values, over the model's dialogues.
+The kappa's categories are the item's whole range from the fidelity rubric (`labels=`), not the
+values that happen to occur: a value no pair has would otherwise drop out, and the distances
+between the others (the quadratic weights) shrink with it. The
 shuffled-record control pairs each dialogue's answers with the record of the next client in a
 fixed order (a derangement): the kappa a dialogue gets against someone else. Fidelity is the gap
 between the two; a synthetic client that plays its record gives kappa well above the control.
@@ -21,6 +24,7 @@ import pandas as pd
 from sklearn.metrics import cohen_kappa_score
 
 from analysis.columns import CONTEXT_ID, ITEM, RESPONDER, RUBRIC, SCORE_VALUE, STATUS, STATUS_OK, SUBJECT_ID
+from jobs.core.rubric import load_rubric
 
 FIDELITY_RUBRIC = "sqpsych_fidelity"
 SCALES = ("bdi", "hamd", "hama")
@@ -44,23 +48,31 @@ def answers(scores: pd.DataFrame) -> pd.DataFrame:
     if s.empty:
         return pd.DataFrame()
     wide = s.pivot_table(index=[SUBJECT_ID, CONTEXT_ID, RESPONDER], columns=ITEM, values=SCORE_VALUE, aggfunc="mean")
-    return wide.round().reset_index()
+    # Half up, as a rater rounds (pandas' round() is half to even: two judges' 2 and 3 would give 2).
+    return np.floor(wide + 0.5).reset_index()
 
 
-def _kappa(x: list[int], y: list[int]) -> float:
+def item_labels(rubric: str = FIDELITY_RUBRIC) -> dict[str, list[int]]:
+    """Item -> every value of its range, from the fidelity rubric (the codebooks' ranges)."""
+    return {item.name: item.points for item in load_rubric(rubric).items}
+
+
+def _kappa(x: list[int], y: list[int], labels: list[int] | None) -> float:
     if len(x) < MIN_PAIRS or len(set(x) | set(y)) < 2:
         return np.nan
-    return float(cohen_kappa_score(x, y, weights="quadratic"))
+    return float(cohen_kappa_score(x, y, weights="quadratic", labels=labels))
 
 
-def fidelity_table(scores: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame:
+def fidelity_table(scores: pd.DataFrame, profiles: pd.DataFrame,
+                   labels: dict[str, list[int]] | None = None) -> pd.DataFrame:
     """One row per (model, item): the model's dialogues judged, n pairs (those whose answer and
     record both have the item), kappa with the client's own record, kappa with the shuffled
-    control's record."""
+    control's record. `labels`: item -> its range (None: the fidelity rubric's)."""
     wide = answers(scores)
     cols = ["model", ITEM, "dialogues", "n", "kappa", "kappa_shuffled"]
     if wide.empty:
         return pd.DataFrame(columns=cols)
+    labels = item_labels() if labels is None else labels
     records = record_values(profiles)
     rows = []
     for model, g in wide.groupby(RESPONDER, sort=True):
@@ -79,7 +91,8 @@ def fidelity_table(scores: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame
                     sh_x.append(int(value))
                     sh_y.append(records[theirs][item])
             rows.append({"model": model, ITEM: item, "dialogues": len(g), "n": len(own_x),
-                         "kappa": _kappa(own_x, own_y), "kappa_shuffled": _kappa(sh_x, sh_y)})
+                         "kappa": _kappa(own_x, own_y, labels.get(item)),
+                         "kappa_shuffled": _kappa(sh_x, sh_y, labels.get(item))})
     return pd.DataFrame(rows, columns=cols)
 
 

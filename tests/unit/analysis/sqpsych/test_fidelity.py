@@ -94,3 +94,24 @@ def test_n_per_model_and_item_counts_only_pairs_with_both_sides():
     assert dict(zip(t["item"], t["n"])) == {"BDI1": 3, "BDI2": 1} and set(t["dialogues"]) == {3}
     s = fidelity_summary(t).loc["m"]
     assert (s["dialogues"], s["n_min"], s["n_max"], s["items"]) == (3, 1, 3, 1)  # BDI2's kappa: too few pairs
+
+
+def test_kappa_keeps_an_absent_middle_value_and_rounds_the_judges_mean_half_up():
+    """Issue 40 point 8. BDI1's range is 0-3; no answer and no record is 1. Two judges; c4's
+    answers 2 and 3 average 2.5, rounded half up to 3 (half to even would give 2).
+    Pairs (answer, record): c1 (0, 0), c2 (2, 3), c3 (3, 2), c4 (3, 3); n = 4.
+    Quadratic weights on the range 0-3, w = (i - j)^2:
+      observed: sum w O = (2-3)^2 + (3-2)^2 = 2;
+      margins: answers {0: 1, 2: 1, 3: 2}, records {0: 1, 2: 1, 3: 2};
+      expected: sum w r_i c_j / n = (0x2: 4x1x1 + 0x3: 9x1x2 + 2x0: 4x1x1 + 2x3: 1x1x2
+                                     + 3x0: 9x2x1 + 3x2: 1x2x1) / 4 = (4 + 18 + 4 + 2 + 18 + 2) / 4 = 12;
+      kappa = 1 - 2 / 12 = 5/6.
+    Without the range, the categories would be 0, 2, 3 at indices 0, 1, 2: expected (1 + 8 + 1 +
+    2 + 8 + 2) / 4 = 5.5 and kappa = 1 - 2 / 5.5 = 7/11."""
+    records = {"c1": {"BDI1": 0}, "c2": {"BDI1": 3}, "c3": {"BDI1": 2}, "c4": {"BDI1": 3}}
+    judges = {"j1": {"c1": 0, "c2": 2, "c3": 3, "c4": 2}, "j2": {"c1": 0, "c2": 2, "c3": 3, "c4": 3}}
+    scores = pd.concat([_scores({c: {"BDI1": v} for c, v in given.items()}).assign(judge=j)
+                        for j, given in judges.items()])
+    row = fidelity_table(scores, _profiles(records)).set_index(["model", "item"]).loc[("m", "BDI1")]
+    assert row["n"] == 4
+    assert row["kappa"] == pytest.approx(5 / 6)
