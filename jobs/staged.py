@@ -43,7 +43,7 @@ GROUPS_PER_PART = 64
 # A stage of at most this many rows hands Ray Data its blocks from memory, not staged on disk
 # (`stage_source`): where a stage's start is a large share of its time. Not more: on the 64-dialogue
 # benchmark an in-memory source left the calls' sustained rate ~0.1 lower (0.78-0.85 vs
-# 0.87-0.94 of the bare loop, docs/benchmarks.md, session 11; the cause is not found).
+# 0.87-0.94 of the bare loop, docs/benchmarks.md, 2026-11-26 19:12-20:49; the cause is not found).
 IN_MEMORY_ROWS = 32
 
 

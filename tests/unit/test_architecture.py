@@ -252,7 +252,7 @@ def test_benchmarks_import_nothing_from_tests():
 def test_a_stage_worker_does_not_import_the_serving_side():
     # Every Ray Data stage worker imports its stage's module; Ray Serve, FastAPI and the CPU
     # engines are the deploying driver's business. Measured on 2 cores: the generate stage's
-    # first request came 1.6-4.3 s sooner once they stayed out (docs/benchmarks.md, session 9).
+    # first request came 1.6-4.3 s sooner once they stayed out (docs/benchmarks.md, 2026-11-26 13:00-13:24).
     import subprocess
     import sys
 

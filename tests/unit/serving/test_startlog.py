@@ -16,12 +16,13 @@ RUNS = ROOT / "docs" / "benchmarks"
 
 
 def test_the_split_of_both_h200_engine_starts():
-    # session 13: "Model loading took 15.0 GiB memory and 4.645927 seconds", "torch.compile took
-    # 23.83 s in total", graphs "in 6 secs" then "in 5 secs", "init engine (...) took 142.27 s"
+    # the second H200 run (2026-11-27): "Model loading took 15.0 GiB memory and 4.645927
+    # seconds", "torch.compile took 23.83 s in total", graphs "in 6 secs" then "in 5 secs",
+    # "init engine (...) took 142.27 s"
     second = engine_figures((RUNS / "gpu_serve-nvidia-h200-20261127-054612.log.txt").read_text())
     assert second == {"model load": pytest.approx(4.645927), "torch.compile": 23.83, "CUDA graphs": 11.0,
                       "engine init": 142.27}
-    # session 9 (FlashInfer's sampler off): 2.696729 s, 17.49 s, 3 + 4 secs, 36.52 s
+    # the first H200 run, 2026-11-26 (FlashInfer's sampler off): 2.696729 s, 17.49 s, 3 + 4 secs, 36.52 s
     first = engine_figures((RUNS / "gpu_serve-nvidia-h200-20261126-124059.log.txt").read_text())
     assert first == {"model load": pytest.approx(2.696729), "torch.compile": 17.49, "CUDA graphs": 7.0,
                      "engine init": 36.52}
