@@ -109,14 +109,21 @@ def load_iterations(run_dir) -> pd.DataFrame | None:
 RUN_INPUTS_FILE = "run_inputs.json"
 
 
+def loop_decides(run_dir) -> dict:
+    """What the optimize step recorded as deciding its rows (`optimize.mode`, `optimize.select`,
+    ...: `RUN_DIR/run_inputs.json`), {} when unknown."""
+    try:
+        record = json.loads((Path(run_dir) / RUN_INPUTS_FILE).read_text(encoding="utf-8"))
+        decides = record["optimize"]["decides"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return decides if isinstance(decides, dict) else {}
+
+
 def loop_select(run_dir) -> str | None:
     """The loop's `optimize.select` as the run recorded it (`failed` or `all`), None when unknown.
     It decides whether a chain can fall back: with `failed` a pass is carried forward, never re-run."""
-    try:
-        record = json.loads((Path(run_dir) / RUN_INPUTS_FILE).read_text(encoding="utf-8"))
-        value = record["optimize"]["decides"]["optimize.select"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    value = loop_decides(run_dir).get("optimize.select")
     return value if isinstance(value, str) else None
 
 

@@ -30,9 +30,9 @@ from analysis.arena.report_loop import optimization_section
 from analysis.arena import report_table2 as rt2
 from analysis.arena import tables as tb
 from analysis.arena.data import (
-    CARDS_DIR, COUNSELOR, ITERATION, ITERATIONS_DIR, LOWEST_ITEMS, OVERALL, RANKINGS_DIR, SESSIONS_DIR, VARIANT,
-    EVALUATOR_ROLE, Scales, control_arm, feedback_arm, find_scales, load_cards, load_iterations, load_rankings,
-    load_sessions, loop_select, model_label, session_frame,
+    CARDS_DIR, COUNSELOR, ITERATION, ITERATIONS_DIR, LOWEST_ITEMS, OVERALL, RANKINGS_DIR, SESSION_ID, SESSIONS_DIR,
+    VARIANT, EVALUATOR_ROLE, Scales, control_arm, feedback_arm, find_scales, is_control, load_cards, load_iterations,
+    load_rankings, load_sessions, loop_decides, loop_select, model_label, session_frame,
 )
 from analysis.arena.passing import (
     ROLES, SUBJECT_SESSION, TOTAL, item_scores, ordered_roles, session_results, session_scores,
@@ -72,6 +72,19 @@ HOW_TO_READ = (
     "It is the whole loop's effect (feedback and the draft-reflect-rewrite procedure together) over re-running. "
     "The pooled row is the primary result; the per-counselor cells are adjusted for multiplicity (Holm)."
 )
+
+
+def _as_run(run_dir: Path, sessions: pd.DataFrame | None) -> str:
+    """The loop as this run ran it, from what it recorded and wrote (the setup text above is the
+    experiment's, and an override such as `optimize.control=true` does not change it)."""
+    decides = loop_decides(run_dir)
+    if sessions is None or sessions.empty or not (sessions[ITERATION] >= 1).any():
+        return '<p class="note"><b>As run:</b> no optimization iteration.</p>'
+    n_ctl = int(is_control(sessions[SESSION_ID]).sum())
+    parts = [f"optimize.{k}={decides[f'optimize.{k}']}" for k in ("mode", "select", "lowest_items", "methods")
+             if decides.get(f"optimize.{k}") is not None]
+    parts.append(f"control arm: {n_ctl} re-run(s)" if n_ctl else "no control arm (no control re-run in the sessions)")
+    return f'<p class="note"><b>As run:</b> {html.escape("; ".join(parts))}.</p>'
 
 
 def _sec_missing(w: ReportWriter, sid: str, title: str, why: str) -> Section:
@@ -285,6 +298,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
     notes = "".join(f'<p class="missing">{html.escape(p)}</p>' for p in problems)
     setup = read_run_record(run_dir).get("setup")
     header = ((f'<p class="note"><b>Setup:</b> {html.escape(str(setup))}</p>' if setup else "") +
+              _as_run(run_dir, sessions) +
               f'<p class="note">Generated {stamp} from <code>{html.escape(str(run_dir))}</code>; '
               f"tables as CSV and Markdown in <code>tables/</code>, figures in <code>figures/</code>. "
               f"Scales: {_scales_text(found)}.</p>{notes}"

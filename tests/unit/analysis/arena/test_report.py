@@ -50,6 +50,7 @@ def test_full_report_through_the_dispatcher(tmp_path, scales):
     assert "<b>Self-rated:</b>" not in html
     # no control arm: the gain is said not to be told from noise; the run records no `select`, so
     # no McNemar test within the arm (it could be one-sided)
+    assert "no control arm (no control re-run in the sessions)" in html
     assert "No control arm in this run" in html and not (out / "tables" / "optimization_effect.csv").exists()
     assert not (out / "tables" / "optimization_mcnemar.csv").exists() and "No before / after McNemar test" in html
     md = (out / "tables" / "optimization_pass_before_after.md").read_text()
@@ -128,6 +129,8 @@ def test_a_run_with_a_control_arm_leads_with_the_effect_over_it(tmp_path, scales
     html = page(build_report(run, scales=scales))
     tables = run / "report" / "tables"
     assert "<b>Setup:</b> the paper&#x27;s, say" in html
+    # the loop as it ran, from its record and its sessions (9 control re-runs: ctl1 x 5, ctl2 x 4)
+    assert "<b>As run:</b> optimize.select=all; control arm: 9 re-run(s)." in html
     effect = pd.read_csv(tables / "optimization_effect.csv")
     assert effect.loc[0, "effect"] == pytest.approx(2 / 6) and effect.loc[0, "p"] == pytest.approx(10 / 16)
     assert html.index("optimization_effect") < html.index("figure4_overall")  # the headline comes first
