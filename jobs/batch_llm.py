@@ -40,6 +40,7 @@ from jobs.core.preflight import check_endpoints, check_keys
 from jobs.core.schemas import RESPONSES, STATUS_ERROR, STATUS_OK
 from jobs.core.store import TableStore
 from jobs.inline import INLINE
+from jobs.runrecord import models_in_use
 from jobs.runner import StageResult, count_rows
 from jobs.staged import Staged, StagedRows, staged_parts
 from serving.client import Endpoint, chat_body, split_reasoning
@@ -259,6 +260,7 @@ def run_batch(todo: Staged, models: list[ModelConfig], cfg: Any, store: TableSto
     follow_ray()
     over_http = [m for m in models if m.engine != "vllm"]
     endpoints = ensure(over_http, cfg.serving, verbose=cfg.verbose) if over_http else {}
+    models_in_use(cfg.run_dir, models, endpoints)  # RUN_DIR/run.json: model files, engines, cluster
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.verbose_stats_logs = False

@@ -35,6 +35,7 @@ from jobs.core.registry import method_spec, resolve
 from jobs.core.remote import local_run_dir
 from jobs.core.rundir import check_run_dir
 from jobs.import_ratings_config import RatingsImportConfig
+from jobs import runrecord
 from jobs.core.sweeps import is_multirun, point_run_dir, record_point, sweep_resume_command
 from serving.deploy import ServingConfig
 from serving.governance import DataGovernanceError
@@ -257,8 +258,8 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
     SIGINT/SIGTERM: one line with the rows saved and the command that resumes, exit 130/143.
     What the console shows also goes to `RUN_DIR/<job>.log`, with the detail kept off it.
     """
-    run_dir = cfg = error = None
-    multirun = False
+    run_dir = cfg = error = code = None
+    multirun = recording = False
     try:
         hydra_cfg = HydraConfig.get()
         data = with_group_names(OmegaConf.to_container(raw, resolve=True), dict(hydra_cfg.runtime.choices))
@@ -276,6 +277,10 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
             # between the progress bars. The job prints what a user needs itself.
             logging.getLogger().setLevel(logging.WARNING)
         joblog.start(run_dir, hydra_cfg.job.name, verbose=getattr(cfg, "verbose", False))
+        if not getattr(cfg, "dry_run", False):
+            # RUN_DIR/run.json: what produced the run (commit, versions, models, engines, cluster)
+            runrecord.begin(run_dir, hydra_cfg.job.name)
+            recording = True
         raise_on_sigterm()
         code = run(cfg)
     except (ConfigError, DataGovernanceError) as exc:
@@ -303,6 +308,8 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
         traceback.print_exc()
         error, code = f"{type(exc).__name__}: {exc}", 1
     finally:
+        if recording:  # the engines again (a switch during the run), and how the job ended
+            runrecord.end(run_dir, code)
         joblog.stop()
     if multirun:
         record_point(hydra_cfg, run_dir, code, error, cfg)

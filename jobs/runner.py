@@ -33,6 +33,7 @@ from serving.capacity import plan_lines
 from serving.client import Endpoint
 from serving.deploy import ensure, served_by
 from jobs.core.store import TableStore
+from jobs.runrecord import models_in_use
 from jobs.recover import (
     MAX_NODE_LOSSES, ClusterLost, NodeLost, fitting_workers, is_node_loss, remaining_rows, settle, stage_nodes_left,
 )
@@ -127,6 +128,7 @@ def run_model_stage(
     check_endpoints({m.name: Endpoint(m, m.base_url) for m in models if m.provider != "serve"})
     if run.cluster.runner == INLINE:
         endpoints = {m.name: Endpoint(m, m.base_url) for m in models}
+        models_in_use(run.run_dir, models, endpoints)
         kwargs = dict(endpoints=endpoints_to_spec(endpoints), concurrency_share=1.0, sensitivity=sensitivity,
                       **stage_kwargs)
         frame = rows
@@ -144,6 +146,7 @@ def run_model_stage(
     for name, ep in endpoints.items():
         engine = served_by(ep)  # a run that fell back to the in-process engine says so here
         print(f"  {name}: {ep.base_url}" + (f" ({engine})" if engine else ""), flush=True)
+    models_in_use(run.run_dir, models, endpoints)  # RUN_DIR/run.json: model files, engines, cluster
     workers = stage_workers(run.cluster.stage_workers, models, blocks=math.ceil(len(rows) / run.rows_per_task))
     # No more than the alive nodes hold: a stage after one that lost a node (the next step of a
     # pipeline) would otherwise wait WAIT_FOR_WORKERS_S for a worker no node can take, then fail.

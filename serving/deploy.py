@@ -123,17 +123,31 @@ def _wait_ready(models: list[ModelConfig], cfg: ServingConfig, check_apps: bool 
             time.sleep(1.0)
 
 
+def health_at(base_url: str) -> dict | None:
+    """The `/health` answer of the CPU-engine app at `base_url` (…/v1): `engine`, and
+    `fallback_reason` after a switch; None when the route does not answer."""
+    try:
+        with urllib.request.urlopen(base_url.removesuffix("/v1") + "/health", timeout=5) as resp:
+            health = json.loads(resp.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return health if isinstance(health, dict) else None
+
+
+def engine_health(endpoint: Endpoint) -> dict | None:
+    """A hosted CPU-engine model's `/health` answer; None for other models or no answer."""
+    model = endpoint.model
+    if model.provider != "serve" or model.engine != "llamacpp":
+        return None
+    return health_at(endpoint.base_url)
+
+
 def served_by(endpoint: Endpoint) -> str | None:
     """The engine serving a hosted CPU-engine model now, from its `/health` route: `llama-server`,
     `llama-cpp-python`, or `llama-cpp-python, fallback: <why>` when `runtime: auto` fell back
     (`serving.engines.fallback`); None for other models or a route that does not answer."""
-    model = endpoint.model
-    if model.provider != "serve" or model.engine != "llamacpp":
-        return None
-    try:
-        with urllib.request.urlopen(endpoint.base_url.removesuffix("/v1") + "/health", timeout=5) as resp:
-            health = json.loads(resp.read())
-    except (urllib.error.URLError, OSError, ValueError):
+    health = engine_health(endpoint)
+    if not health:
         return None
     engine, reason = health.get("engine"), health.get("fallback_reason")
     if engine and reason:

@@ -117,6 +117,12 @@ def llm_config_kwargs(model: ModelConfig) -> dict[str, Any]:
                 f"resources.{key}={wanted}; set it only under `resources`"
             )
         engine_kwargs[key] = wanted
+    if model.revision:
+        # vLLM's own arguments: `LLMConfig.model_loading_config` has no revision. The tokenizer is
+        # pinned with the weights when it comes from the same repository.
+        engine_kwargs["revision"] = model.revision
+        if "tokenizer" not in engine_kwargs:
+            engine_kwargs.setdefault("tokenizer_revision", model.revision)
 
     target = max(1, round(res.max_ongoing_requests * _TARGET_SHARE_OF_MAX_ONGOING))
     deployment_config: dict[str, Any] = {

