@@ -12,8 +12,9 @@ paired exact McNemar p (`analysis.arena.table2.before_after_tests`), the gain, a
 cost: model calls and tokens of the re-run sessions (a rewritten turn counts its draft, reflection
 and rewrite) and of the iteration calls (feedback writer, reflection). With a control arm in the
 runs (`optimize.control`), each mode's effect over it and its p (`analysis.arena.control`): the
-gain alone mixes the feedback with what re-running does, and its McNemar p is one-sided under
-`select: failed`.
+gain alone mixes the feedback with what re-running does. Under `select: failed` (or a run that
+does not record its `select`) no chain can fall from pass to fail, so the within-arm McNemar p
+would be one-sided by construction: it is left empty and a note says so.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ import pandas as pd
 
 from analysis.arena.control import control_effect
 from analysis.arena.data import (
-    COUNSELOR, ITERATION, SESSION_ID, VARIANT, feedback_arm, find_scales, is_control, load_sessions, read_folder,
-    session_frame,
+    COUNSELOR, ITERATION, SESSION_ID, VARIANT, feedback_arm, find_scales, is_control, load_sessions, loop_select,
+    read_folder, session_frame,
 )
 from analysis.arena.passing import session_results
 from analysis.arena.table2 import before_after_tests
@@ -98,6 +99,10 @@ def compare_modes(run_dirs: list[Path]) -> tuple[pd.DataFrame, list[str]]:
         elif it0 != first_it0:
             notes.append(f"{run_dir}: its iteration-0 sessions differ from {run_dirs[0]}'s; the gains are not paired")
         tests = before_after_tests(frame).reset_index()
+        if loop_select(run_dir) != "all":  # a pass is carried forward: the pairing cannot go both ways
+            tests["p_mcnemar"] = np.nan
+            notes.append(f"{run_dir}: select is {loop_select(run_dir) or 'not recorded'}: no chain can fall back, so "
+                         "the within-arm McNemar p (one-sided by construction) is left empty; read p_over_control")
         cost = loop_cost(run_dir, sessions[~is_control(sessions[SESSION_ID])])
         t = tests.merge(cost, on=[COUNSELOR, VARIANT], how="left")
         effect = control_effect(frame_all)  # empty without a control arm: the columns stay NaN

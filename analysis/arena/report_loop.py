@@ -21,13 +21,19 @@ from analysis.writer import ReportWriter, Section
 __all__ = ["optimization_section"]
 
 
-def _lines(curves: Mapping[str, pd.DataFrame], path: Path, title: str) -> Path:
-    """One panel per measure, one line per counselor/variant: pass rate by iteration."""
+def _lines(curves: Mapping[str, pd.DataFrame], path: Path, title: str,
+           control: Mapping[str, pd.DataFrame] | None = None) -> Path:
+    """One panel per measure, one line per counselor/variant: pass rate by iteration; the control
+    arm's line dashed beside each, where it ran."""
     fig = Figure(figsize=(4 * len(curves), 3.8))
     for k, (measure, t) in enumerate(curves.items()):
         ax = fig.add_subplot(1, len(curves), k + 1)
         for j, col in enumerate(t.columns):
             ax.plot(t.index, t[col], marker="o", label=col, color=figures.judge_color(j))
+            ctl = (control or {}).get(measure)
+            if ctl is not None and col in ctl.columns:
+                ax.plot(ctl.index, ctl[col], marker="s", linestyle="--", label=f"{col}, control",
+                        color=figures.judge_color(j))
         ax.set_xticks(list(t.index))
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("iteration")
@@ -38,6 +44,16 @@ def _lines(curves: Mapping[str, pd.DataFrame], path: Path, title: str) -> Path:
             ax.legend(fontsize=7)
     fig.suptitle(title)
     return figures.save(fig, path)
+
+
+def _beside_control(feedback: pd.DataFrame, ctl: pd.DataFrame) -> pd.DataFrame:
+    """A before / after table with the control arm's columns beside it (`control_<column>`) and
+    `vs_control` = change - control_change."""
+    if ctl.empty:
+        return feedback
+    out = feedback.join(ctl.add_prefix("control_"), how="left")
+    out["vs_control"] = out[tb.CHANGE] - out[f"control_{tb.CHANGE}"]
+    return out
 
 
 def _effect_part(w: ReportWriter, sec: Section, frame_all: pd.DataFrame, iterations: pd.DataFrame | None) -> None:
@@ -95,20 +111,26 @@ def optimization_section(w: ReportWriter, frame_all: pd.DataFrame, items: pd.Dat
     overall = tb.iteration_curves(per, OVERALL)
     overall["all chains"] = pooled[pooled[tb.MEASURE] == OVERALL].set_index(ITERATION)["pass_rate"]
     n = pooled[pooled[tb.MEASURE] == OVERALL].set_index(ITERATION)[tb.N].rename("n chains (all)")
+    ctl_per = None
     if control.has_control(frame_all):
-        ctl = tb.pass_by_iteration(control_arm(frame_all), rubrics, by=(), last=int(frame_all[ITERATION].max()))
+        last = int(frame_all[ITERATION].max())
+        ctl = tb.pass_by_iteration(control_arm(frame_all), rubrics, by=(), last=last)
         overall["all chains, control arm"] = ctl[ctl[tb.MEASURE] == OVERALL].set_index(ITERATION)["pass_rate"]
-    rt2.figure4_wilson_part(w, sec, per)
+        ctl_per = tb.pass_by_iteration(control_arm(frame_all), rubrics, last=last)
+    rt2.figure4_wilson_part(w, sec, per, ctl_per)
     w.table(sec, overall.join(n), "figure4_overall", "Figure 4. Overall pass rate after each optimization iteration",
             "Each chain (card x counselor x variant) counts its latest evaluated session up to iteration k; "
             "iteration 0 is before any optimization. The columns are the feedback arm's, and the control arm's "
             "where it ran. Per scale: tables/pass_by_iteration.csv.", digits=3)
     curves = {m: tb.iteration_curves(per, m) for m in tb.measures(rubrics)}
     curves = {m: t for m, t in curves.items() if not t.empty}
+    ctl_curves = {m: tb.iteration_curves(ctl_per, m) for m in curves} if ctl_per is not None else None
     if curves:
         w.figure(sec, _lines(curves, w.figures_dir / "figure4_pass_by_iteration.png",
-                             "Pass rate per optimization iteration"),
-                 "Figure 4. Pass rate per scale and overall after each optimization iteration, per counselor/variant.")
+                             "Pass rate per optimization iteration", ctl_curves),
+                 "Figure 4. Pass rate per scale and overall after each optimization iteration, per counselor/variant"
+                 + (": the feedback arm solid, the control arm (re-runs with no feedback) dashed." if ctl_curves
+                    else " (no control arm in this run)."))
     ba = tb.before_after(frame, items, rubrics)
     chains = ba["chains"]
     compared = chains.dropna(subset=["before_session", "after_session"]) if len(chains) else chains
@@ -117,13 +139,21 @@ def optimization_section(w: ReportWriter, frame_all: pd.DataFrame, items: pd.Dat
     if ba["passes"].empty:
         w.missing(sec, "No optimized chain has both sessions fully evaluated: no before / after table.")
     else:
-        w.table(sec, ba["passes"], "optimization_pass_before_after",
+        passes, items_t, note = ba["passes"], ba["items"], ""
+        if control.has_control(frame_all):
+            ctl = tb.before_after(control_arm(frame_all), items, rubrics)
+            passes, items_t = _beside_control(passes, ctl["passes"]), _beside_control(items_t, ctl["items"])
+            note = (" control_*: the same over the control arm's re-run chains (selected by the same rule, re-run "
+                    "with no feedback); vs_control = change - control_change.")
+        why = (" The re-run chains were selected for failing (under select: failed), so they rise when re-run "
+               "whatever the feedback (regression to the mean): read the change beside the control's.")
+        w.table(sec, passes, "optimization_pass_before_after",
                 "Pass rate of the optimized chains before (iteration 0) and after (their last iteration)",
-                digits=3)
-        w.table(sec, ba["items"], "optimization_before_after",
+                "change = after - before." + why + note, digits=3)
+        w.table(sec, items_t, "optimization_before_after",
                 "Mean score of each item and scale total before (iteration 0) and after (last iteration), "
                 "over the optimized chains",
-                "change = after - before; n = chains with the item valid in both sessions.", digits=2)
+                "change = after - before; n = chains with the item valid in both sessions." + why + note, digits=2)
     rt2.mcnemar_part(w, sec, frame, select)
     if control.has_control(frame_all):
         rt2.mcnemar_part(w, sec, control_arm(frame_all), select, arm="control")

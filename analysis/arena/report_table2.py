@@ -59,30 +59,43 @@ def evaluators_part(w: ReportWriter, sec: Section, scores: pd.DataFrame, session
                 "changes: the counselor/variant's rank is not the same under every evaluator.", digits=0)
 
 
-def figure4_wilson_part(w: ReportWriter, sec: Section, per: pd.DataFrame) -> None:
+def figure4_wilson_part(w: ReportWriter, sec: Section, per: pd.DataFrame, control: pd.DataFrame | None = None) -> None:
     """Figure 4's overall pass rate per counselor/variant with Wilson 95% intervals (table and
-    error bars)."""
+    error bars), the control arm's beside the feedback's (dashed) where it ran."""
     d = per[per[MEASURE] == OVERALL].copy()
     if d.empty:
         return
-    bounds = [t2.wilson(int(k), int(n)) for k, n in zip(d["n_pass"], d[N])]
-    d["lo"], d["hi"] = [b[0] for b in bounds], [b[1] for b in bounds]
-    w.table(sec, d.set_index([COUNSELOR, VARIANT, ITERATION]).drop(columns=MEASURE), "figure4_wilson",
-            "Figure 4 with uncertainty: overall pass rate per iteration and its Wilson 95% interval", digits=3)
+    arms = [("feedback", d)]
+    if control is not None and len(control):
+        arms.append(("control", control[control[MEASURE] == OVERALL].copy()))
+    for _, t in arms:
+        bounds = [t2.wilson(int(k), int(n)) for k, n in zip(t["n_pass"], t[N])]
+        t["lo"], t["hi"] = [b[0] for b in bounds], [b[1] for b in bounds]
+    table = pd.concat([t.assign(arm=a) for a, t in arms], ignore_index=True)
+    w.table(sec, table.set_index([COUNSELOR, VARIANT, "arm", ITERATION]).drop(columns=MEASURE), "figure4_wilson",
+            "Figure 4 with uncertainty: overall pass rate per iteration and arm, with its Wilson 95% interval",
+            digits=3)
     fig = Figure(figsize=(6, 3.8))
     ax = fig.add_subplot(1, 1, 1)
-    for j, ((c, v), g) in enumerate(d.groupby([COUNSELOR, VARIANT], sort=True)):
-        g = g.dropna(subset=["pass_rate"])
-        x = g[ITERATION] + 0.06 * j
-        ax.errorbar(x, g["pass_rate"], yerr=[g["pass_rate"] - g["lo"], g["hi"] - g["pass_rate"]], marker="o",
-                    capsize=3, label=model_label(c, v), color=figures.judge_color(j))
+    keys = sorted(d.groupby([COUNSELOR, VARIANT]).groups)
+    for a, (arm, t) in enumerate(arms):
+        for (c, v), g in t.groupby([COUNSELOR, VARIANT], sort=True):
+            j = keys.index((c, v)) if (c, v) in keys else len(keys)
+            g = g.dropna(subset=["pass_rate"])
+            x = g[ITERATION] + 0.06 * j + 0.03 * a
+            ax.errorbar(x, g["pass_rate"], yerr=[g["pass_rate"] - g["lo"], g["hi"] - g["pass_rate"]],
+                        marker="o" if arm == "feedback" else "s", capsize=3, color=figures.judge_color(j),
+                        linestyle="-" if arm == "feedback" else "--",
+                        label=model_label(c, v) + ("" if arm == "feedback" else ", control"))
     ax.set_ylim(-0.05, 1.05)
     ax.set_xlabel("iteration")
     ax.set_ylabel("overall pass rate")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     path = figures.save(fig, Path(w.figures_dir) / "figure4_wilson.png")
-    w.figure(sec, path, "Figure 4. Overall pass rate per iteration with Wilson 95% intervals.")
+    w.figure(sec, path, "Figure 4. Overall pass rate per iteration with Wilson 95% intervals"
+             + (": the feedback arm solid, the control arm (re-runs with no feedback) dashed." if len(arms) > 1
+                else " (no control arm in this run)."))
 
 
 def mcnemar_part(w: ReportWriter, sec: Section, frame: pd.DataFrame, select: str | None,

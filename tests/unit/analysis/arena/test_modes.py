@@ -14,8 +14,9 @@ from jobs.core.schemas import TURNS
 from tests.unit.analysis.arena.helpers import build_run, iteration_row, write
 
 
-def _mode(run, mode):
-    (run / "run_inputs.json").write_text(json.dumps({"optimize": {"decides": {"optimize.mode": mode}}}))
+def _mode(run, mode, select="all"):
+    decides = {"optimize.mode": mode, **({"optimize.select": select} if select else {})}
+    (run / "run_inputs.json").write_text(json.dumps({"optimize": {"decides": decides}}))
 
 
 def _step(name, p, c):
@@ -78,3 +79,19 @@ def test_a_run_with_a_control_arm_shows_the_effect_over_it(tmp_path):
     assert (row["n"], row["pass_before"], row["pass_after"]) == (5, 0.0, 0.8)
     # over every chain: feedback 5/6, control 3/6 -> effect 2/6; McNemar 3 vs 1: 10/16 (test_control)
     assert row["effect_over_control"] == pytest.approx(2 / 6) and row["p_over_control"] == pytest.approx(10 / 16)
+    # select: all: a chain can fall back, so the within-arm McNemar p is given: b = 4 (c1 c2 c5 c6), c = 0,
+    # 2 / 2^4 = 0.125
+    assert row["p_mcnemar"] == pytest.approx(0.125) and notes == []
+
+
+@pytest.mark.parametrize("select", ["failed", None])
+def test_under_select_failed_the_within_arm_p_is_not_printed(tmp_path, select):
+    """Regression: under `select: failed` a pass is carried forward, so the within-arm McNemar p
+    (b chains up, c = 0 by construction) read as significant from re-running alone."""
+    from tests.unit.analysis.arena.helpers import build_control_run
+
+    run = build_control_run(tmp_path / "response")
+    _mode(run, "response", select)
+    t, notes = compare_modes([run])
+    assert t["p_mcnemar"].isna().all() and t.iloc[0]["p_over_control"] == pytest.approx(10 / 16)
+    assert len(notes) == 1 and "one-sided by construction" in notes[0]

@@ -139,6 +139,13 @@ def test_a_run_with_a_control_arm_leads_with_the_effect_over_it(tmp_path, scales
     curve = pd.read_csv(tables / "figure4_overall.csv").set_index("iteration")
     # the control arm pooled: it0 1/6; after ctl1 c2 passes (2/6); after ctl2 c4 too (3/6)
     assert curve["all chains, control arm"].tolist() == pytest.approx([1 / 6, 2 / 6, 3 / 6])
+    # both arms in Figure 4's interval table (and figure): 3 iterations x 1 cell each
+    wil = pd.read_csv(tables / "figure4_wilson.csv")
+    assert wil.groupby("arm").size().to_dict() == {"control": 3, "feedback": 3}
+    # the re-run chains' before / after beside the control's: feedback c1 c2 c5 c6 pass of the five
+    # (4/5); control c2 c4 (2/5: c5's ctl2 is not fully evaluated, so its ctl1, a fail, counts)
+    ba = pd.read_csv(tables / "optimization_pass_before_after.csv").set_index("measure").loc["overall"]
+    assert (ba["after"], ba["control_after"], ba["vs_control"]) == pytest.approx((0.8, 0.4, 0.4))
     # select: all (recorded): chains can fall back, so McNemar within each arm is shown
     assert (tables / "optimization_mcnemar.csv").is_file() and (tables / "optimization_mcnemar_control.csv").is_file()
     counts = pd.read_csv(tables / "sessions_counts.csv").set_index(["iteration", "arm"])["n"]
