@@ -7,8 +7,9 @@ The method, as the code runs it (the shared rubric engine and `JudgeStage`; the 
 1. read the run's dialogues (`RUN_DIR/dialogues/`, status ok: ended by the stop token or the cap)
    and the profiles they were synthesized from (`RUN_DIR/profiles/`); keep the test split's
    (`panel_split`): every one of them is judged (the paper's Table 9, `panel_scope: split`). Per
-   therapist model a seeded sample of 3 MDD + 2 control clients (`panel_sample`: the paper's 35
-   for seven models, the dialogues its experts rated, Table 5) is drawn from them and recorded in
+   therapist model a seeded random sample of 3 MDD + 2 control clients, drawn for each model on
+   its own as the paper's (`panel_sample`, `panel_sample_draw`: the paper's 35 for seven models,
+   the dialogues its experts rated, Table 5) is drawn from them and recorded with its seed in
    `RUN_DIR/panel_sample.json` for the report; `panel_scope: sample` judges only that sample;
 2. refuse before any request if a restricted profile's dialogue would reach an external judge: a
    dialogue is as restricted as the questionnaire it role-plays, and a dialogue whose profile
@@ -89,13 +90,16 @@ class PanelConfig(JudgingConfig):
     panel_sample: dict[str, int] | None = Field(
         default_factory=lambda: {"mdd": 3, "control": 2},
         description="The Table 5 sample: dialogues per therapist model and client group drawn from the split "
-        "(the paper: 3 MDD + 2 control = 5 per model, 35 for seven, the dialogues its experts rated); the same "
-        "clients for every model where they have a dialogue; recorded in RUN_DIR/panel_sample.json. None: the "
-        "whole split is the sample.")
+        "(the paper: 3 MDD + 2 control = 5 per model, 35 for seven, the dialogues its experts rated), drawn as "
+        "panel_sample_draw says; recorded in RUN_DIR/panel_sample.json. None: the whole split is the sample.")
+    panel_sample_draw: Literal["per_model", "same_clients"] = Field(
+        "per_model", description="per_model: each model's dialogues drawn at random on their own (the paper: five "
+        "per model at random), seeded by panel_seed and the model's name; same_clients: one seeded order of the "
+        "clients for every model, so the models are compared on the same clients where they have them.")
     panel_scope: Literal["split", "sample"] = Field(
         "split", description="What the judges score: `split`, every dialogue of panel_split (the paper's "
         "Table 9; the sample is part of it); `sample`, only panel_sample's dialogues (Table 5 alone, fewer calls).")
-    panel_seed: int = Field(0, description="Seed of the sample (which clients).")
+    panel_seed: int = Field(0, description="Seed of the sample (which clients); recorded with it.")
     allow_self_judging: bool = Field(
         False, description="Let a judge score dialogues it played a part in (therapist or client) or whose "
         "players are of its model family (`family:` in the model files). Off by default: such pairs are left "
@@ -137,16 +141,22 @@ def ok_dialogues(run_dir: Path) -> pd.DataFrame:
 # --- which dialogues, which judges ----------------------------------------------------------------
 
 
-def _rank(seed: int, context_id: str) -> str:
-    return hashlib.sha256(f"{seed}\x1f{context_id}".encode()).hexdigest()
+SampleDraw = Literal["per_model", "same_clients"]
+
+
+def _rank(seed: int, context_id: str, model: str | None = None) -> str:
+    # A hash, not a random state: a model's draw does not depend on which other models are drawn.
+    key = f"{seed}\x1f{context_id}" if model is None else f"{seed}\x1f{model}\x1f{context_id}"
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def select_dialogues(dialogues: pd.DataFrame, meta: pd.DataFrame, split: str | None,
-                     sample: dict[str, int] | None, seed: int = 0) -> pd.DataFrame:
+                     sample: dict[str, int] | None, seed: int = 0, draw: SampleDraw = "per_model") -> pd.DataFrame:
     """The dialogues the panel judges: those of `split`'s clients (`meta`: context_id, group,
-    split), then per therapist model the first `sample[group]` clients of each group in one
-    seeded order, the same order for every model (so models are compared on the same clients
-    where they have them)."""
+    split), then per therapist model the first `sample[group]` clients of each group in a seeded
+    order: the model's own (`per_model`, the paper's random five per model) or one order for
+    every model (`same_clients`, so models are compared on the same clients where they have
+    them)."""
     info = meta.assign(context_id=meta["context_id"].astype(str)).set_index("context_id")
     d = dialogues.assign(_group=dialogues["context_id"].astype(str).map(info["group"]),
                          _split=dialogues["context_id"].astype(str).map(info["split"]))
@@ -154,7 +164,9 @@ def select_dialogues(dialogues: pd.DataFrame, meta: pd.DataFrame, split: str | N
         d = d[d["_split"] == split]
     if sample is not None:
         d = d[d["_group"].isin(list(sample))]
-        d = d.assign(_rank=[_rank(seed, str(c)) for c in d["context_id"]]).sort_values(["model", "_rank"])
+        ranks = [_rank(seed, str(c), str(m) if draw == "per_model" else None)
+                 for c, m in zip(d["context_id"], d["model"])]
+        d = d.assign(_rank=ranks).sort_values(["model", "_rank"])
         position = d.groupby(["model", "_group"]).cumcount()
         # Integers, whatever is left: on no rows `map` keeps the group column's string dtype, and
         # pandas then refuses the comparison ("Invalid comparison between dtype=str and ndarray").
@@ -221,7 +233,8 @@ def write_sample(run_dir: Path, sample: pd.DataFrame, cfg: Any) -> Path:
     experts' 35 are read back from it, whichever dialogues the judges scored."""
     path = run_dir / PANEL_SAMPLE_FILE
     path.write_text(json.dumps({
-        "split": cfg.panel_split, "sample": cfg.panel_sample, "seed": cfg.panel_seed, "scope": cfg.panel_scope,
+        "split": cfg.panel_split, "sample": cfg.panel_sample, "draw": cfg.panel_sample_draw, "seed": cfg.panel_seed,
+        "scope": cfg.panel_scope,
         "dialogue_ids": sorted(str(d) for d in sample["dialogue_id"])}, indent=1) + "\n", encoding="utf-8")
     return path
 
@@ -281,7 +294,8 @@ def _split_and_sample(dialogues: pd.DataFrame, meta: pd.DataFrame,
     in_split = select_dialogues(dialogues, meta, cfg.panel_split, None)
     if cfg.panel_sample is None:
         return in_split, in_split
-    return in_split, select_dialogues(dialogues, meta, cfg.panel_split, cfg.panel_sample, cfg.panel_seed)
+    return in_split, select_dialogues(dialogues, meta, cfg.panel_split, cfg.panel_sample, cfg.panel_seed,
+                                      cfg.panel_sample_draw)
 
 
 def _kept_off(chosen: pd.DataFrame, judges: list[str], families: dict[str, str | None]) -> dict[str, set[str]]:

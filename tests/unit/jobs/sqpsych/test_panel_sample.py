@@ -27,7 +27,7 @@ def _dialogues(models=("A", "B")) -> pd.DataFrame:
 
 def test_five_test_dialogues_per_model_three_mdd_two_control_same_clients():
     """Main judged every finished dialogue of every split."""
-    chosen = select_dialogues(_dialogues(), _meta(), "test", {"mdd": 3, "control": 2}, seed=1)
+    chosen = select_dialogues(_dialogues(), _meta(), "test", {"mdd": 3, "control": 2}, seed=1, draw="same_clients")
     group = dict(zip(_meta()["context_id"], _meta()["group"]))
     for m in ("A", "B"):
         mine = chosen[chosen["model"] == m]["context_id"].map(group)
@@ -103,3 +103,25 @@ def test_fidelity_judges_the_transcript_alone_on_its_own_rubric(tmp_path, monkey
     assert sent["request_key"] == "c1|m1|judge2|sqpsych_fidelity"
     scores = TableStore(tmp_path, SCORES).read()
     assert set(scores["rubric"]) == {"sqpsych_fidelity"} and len(scores) == 21 + 17 + 14
+
+
+def test_the_default_draws_each_models_five_on_their_own_as_the_paper():
+    """Issue 40 point 7: the paper draws five dialogues at random per model. Each model still gets
+    3 MDD + 2 control of the test split; the draw of one model does not depend on which others
+    are drawn beside it; the same seed draws the same; over seeds 0-9 the two models' clients
+    differ at least once (the chance that two independent draws of 3 of 5 and 2 of 4 agree is
+    1/10 x 1/6 = 1/60 per seed)."""
+    group = dict(zip(_meta()["context_id"], _meta()["group"]))
+    sample = {"mdd": 3, "control": 2}
+
+    def clients(models, seed, model):
+        chosen = select_dialogues(_dialogues(models), _meta(), "test", sample, seed=seed)
+        return set(chosen[chosen["model"] == model]["context_id"])
+
+    for seed in range(10):
+        for m in ("A", "B"):
+            assert sorted(map(group.get, clients(("A", "B"), seed, m))) == ["control", "control", "mdd", "mdd", "mdd"]
+            assert not clients(("A", "B"), seed, m) & {"t1", "d1"}
+        assert clients(("A", "B"), seed, "A") == clients(("A",), seed, "A") == clients(("A", "B", "C"), seed, "A")
+    assert any(clients(("A", "B"), seed, "A") != clients(("A", "B"), seed, "B") for seed in range(10))
+    assert any(clients(("A",), 0, "A") != clients(("A",), seed, "A") for seed in range(1, 10))
