@@ -8,7 +8,8 @@ The paper's experts ranked the sessions of 4 counselors on 30 cases, on the thre
 overall. This draws `--cards` cards from the run's finished iteration-0 sessions, stratified by
 theme (themes in turn, a card drawn at random within each, until enough), and for each card takes
 the sessions of the chosen counselor/variant models (default: four of the run's, drawn with the
-seed, as the paper's four counselors; `--n-models 0`: every one; cards are those every chosen
+seed, as the paper's four counselors: four distinct counselors, then one variant of each;
+`--n-models 0`: every counselor/variant; cards are those every chosen
 model has a session of). Each session gets a blinded id (`S001`...: a random order, so the id says nothing
 about the model). It writes `RUN_DIR/expert_sample/`:
 - `sheet.csv`: one row per (card, blinded session, scale) with an empty `rank` (1 = best of the
@@ -59,12 +60,20 @@ PAPER_MODELS = 4  # the paper's experts ranked the sessions of four counselors
 
 
 def draw_models(labels: list[str], n: int | None, seed: int) -> list[str]:
-    """`n` of the run's counselor/variant labels drawn with `seed` (sorted); all of them when `n`
-    is None or 0 or not below their number."""
+    """`n` distinct counselors of the run's `counselor/variant` labels drawn with `seed`, then one
+    variant of each (sorted): the paper's experts ranked four different models, so two variants of
+    one model are never both drawn. Every counselor when `n` is not below their number; every
+    label when `n` is None or 0."""
     labels = sorted(labels)
-    if not n or n >= len(labels):
+    if not n:
         return labels
-    return sorted(random.Random(seed + 2).sample(labels, n))
+    by_counselor: dict[str, list[str]] = {}
+    for label in labels:
+        by_counselor.setdefault(label.rsplit("/", 1)[0], []).append(label)
+    rng = random.Random(seed + 2)
+    counselors = sorted(by_counselor)
+    chosen = counselors if n >= len(counselors) else sorted(rng.sample(counselors, n))
+    return sorted(rng.choice(by_counselor[c]) for c in chosen)
 
 
 def write_sample(run_dir: Path, n_cards: int, seed: int, models: list[str] | None = None,
@@ -109,7 +118,9 @@ def write_sample(run_dir: Path, n_cards: int, seed: int, models: list[str] | Non
     counts = pd.Series([theme.get(c, "(no theme)") for c in drawn]).value_counts().sort_index()
     (out / "sample.json").write_text(json.dumps({
         "seed": seed, "cards_requested": n_cards, "cards": drawn, "models": models,
-        "models_drawn": f"{len(models)} drawn with the seed" if drawn_models else "named (--models)",
+        "models_drawn": (f"{len(models)} distinct counselor(s) of {n_models or 'every one'} asked, one variant each, "
+                         "drawn with the seed" if n_models else "every counselor/variant") if drawn_models
+        else "named (--models)",
         "cards_per_theme": {k: int(v) for k, v in counts.items()}, "sessions": len(picked)}, indent=2),
         encoding="utf-8")
     return out

@@ -60,16 +60,19 @@ def test_the_sample_is_blinded_and_recorded(tmp_path):
     assert len(unblind([out / "filled.csv"], out / "key.csv")) == 16
 
 
-def test_by_default_four_models_as_the_paper(tmp_path):
-    import random
-
-    _run(tmp_path)  # 2 counselors x 2 variants = 4 labels: all four, as the paper's four
+def test_by_default_four_distinct_models_one_variant_each_as_the_paper(tmp_path):
+    """Regression: the draw was over counselor/variant labels, so two variants of one model could
+    be drawn where the paper's experts ranked four different models."""
+    _run(tmp_path)  # 2 counselors x 2 variants: fewer than four counselors, so both, one variant each
     record = json.loads((write_sample(tmp_path, 30, seed=5) / "sample.json").read_text())
-    assert record["models"] == ["m1/psycho", "m1/vanilla", "m2/psycho", "m2/vanilla"]
-    assert record["sessions"] == 5 * 4 and record["cards_requested"] == 30  # only 5 cards in this run
-    # with 2 of them asked for: the draw of Random(seed + 2).sample over the sorted labels, by hand
-    labels = ["m1/psycho", "m1/vanilla", "m2/psycho", "m2/vanilla"]
-    expect = sorted(random.Random(5 + 2).sample(labels, 2))
-    record = json.loads((write_sample(tmp_path, 30, seed=5, n_models=2) / "sample.json").read_text())
-    assert record["models"] == expect and record["sessions"] == 5 * 2 and "drawn" in record["models_drawn"]
-    assert draw_models(labels, 0, 5) == labels and draw_models(labels, 9, 5) == labels
+    assert sorted(m.split("/")[0] for m in record["models"]) == ["m1", "m2"]
+    assert record["sessions"] == 5 * 2 and record["cards_requested"] == 30  # only 5 cards in this run
+    assert "distinct counselor" in record["models_drawn"]
+    labels = [f"m{i}/{v}" for i in range(1, 7) for v in ("psycho", "vanilla")]
+    for seed in range(20):
+        four = draw_models(labels, 4, seed)
+        assert len(four) == 4 and len({m.split("/")[0] for m in four}) == 4, four
+        assert four == draw_models(labels, 4, seed) and set(four) <= set(labels)
+    # both variants of the same counselor come up across seeds (the variant is drawn too)
+    assert {draw_models(labels, 1, s)[0].split("/")[1] for s in range(20)} == {"psycho", "vanilla"}
+    assert draw_models(labels, 0, 5) == sorted(labels) and len(draw_models(labels, 9, 5)) == 6
