@@ -34,14 +34,23 @@ __all__ = ["begin", "cpu_engine_state", "end", "engine_state", "llama_cpp_build"
 
 
 def llama_cpp_build() -> str:
-    """`llama-server --version`'s lines (the llama.cpp build the CPU engine runs), or why none."""
+    """The llama.cpp build the CPU engine runs: `llama-server --version`'s lines, the
+    llama-cpp-python release whose vendored llama.cpp `make setup` built
+    (scripts/build_llama_cpp.sh), and the binary's sha256. A build from that sdist prints
+    "commit unknown", and our patches are applied on top: the hash is what tells two builds apart."""
     binary = find_binary()
     try:
         done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"llama-server not run ({binary.name}: {exc.__class__.__name__}: {exc})"
-    lines = [ln.strip() for ln in (done.stdout + done.stderr).splitlines() if ln.strip()]
-    return "; ".join(lines[:3]) or f"llama-server --version printed nothing (exit {done.returncode})"
+    lines = [ln.strip() for ln in (done.stdout + done.stderr).splitlines() if ln.strip()][:3]
+    if not lines:
+        lines = [f"llama-server --version printed nothing (exit {done.returncode})"]
+    bindings = provenance.versions().get("llama-cpp-python")
+    if bindings:
+        lines.append(f"llama.cpp of llama-cpp-python {bindings}")
+    lines.append(f"llama-server sha256 {provenance.file_identity(binary)['sha256'][:16]}")
+    return "; ".join(lines)
 
 
 def begin(run_dir: str | Path, job: str) -> list[str]:

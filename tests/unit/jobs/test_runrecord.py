@@ -101,6 +101,10 @@ def test_the_llama_cpp_build_is_the_binarys_version_or_why_not(monkeypatch, tmp_
     fake.write_text("#!/bin/sh\necho 'version: 7 (abc1234)' >&2\necho 'built with cc for x86_64' >&2\n")
     fake.chmod(0o755)
     monkeypatch.setenv("LLAMA_SERVER_BIN", str(fake))
-    assert runrecord.llama_cpp_build() == "version: 7 (abc1234); built with cc for x86_64"
+    monkeypatch.setenv("EVALCLUSTER_HASH_CACHE", str(tmp_path / "cache.json"))
+    digest = hashlib.sha256(fake.read_bytes()).hexdigest()
+    monkeypatch.setattr(runrecord.provenance, "versions", lambda: {"llama-cpp-python": "0.3.36"})
+    assert runrecord.llama_cpp_build() == ("version: 7 (abc1234); built with cc for x86_64; "
+                                           f"llama.cpp of llama-cpp-python 0.3.36; llama-server sha256 {digest[:16]}")
     monkeypatch.setenv("LLAMA_SERVER_BIN", str(tmp_path / "missing"))
     assert runrecord.llama_cpp_build().startswith("llama-server not run (missing: FileNotFoundError")
