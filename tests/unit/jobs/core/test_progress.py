@@ -78,9 +78,11 @@ def test_without_a_terminal_one_plain_line_at_the_start_every_30_s_and_at_the_en
 def test_the_rate_follows_the_last_minute_not_the_whole_run():
     clock, out = _Clock(), io.StringIO()
     p = Progress(10_000, desc="gen", stream=out, tty=False, clock=clock)
-    for _ in range(120):  # 2 minutes at 10 rows/s
+    for i in range(120):  # 2 minutes at 10 rows/s
         clock.t += 1.0
         p.update(10)
+        if i in (4, 5):  # from the first report, 4 s then 5 s: no rate over less than 5 s
+            assert p.rate() == (None if i == 4 else 10.0)
     for _ in range(90):  # then 90 s at 2 rows/s
         clock.t += 1.0
         p.update(2)
