@@ -1,4 +1,4 @@
-"""The Ψ-Arena report's loop section: the feedback's effect over the control arm (the headline),
+"""The Ψ-Arena report's loop section: the loop's effect over the control arm (the headline),
 both arms' before / after over every chain, Figure 4 with the control arm beside it, the
 before / after tables of the re-run chains and, where a chain can go both ways, McNemar's test.
 (`analysis.arena.report` builds the rest.)"""
@@ -57,7 +57,7 @@ def _beside_control(feedback: pd.DataFrame, ctl: pd.DataFrame) -> pd.DataFrame:
 
 
 def _effect_part(w: ReportWriter, sec: Section, frame_all: pd.DataFrame, iterations: pd.DataFrame | None) -> None:
-    """The headline: the feedback's gain minus the control arm's, per counselor/variant, and both
+    """The headline: the loop's gain minus the control arm's, per counselor/variant, and both
     arms' before / after over every chain."""
     eff = control.control_effect(frame_all)
     if eff.empty:

@@ -32,8 +32,10 @@ The method, as the code runs it (the paper's closed-loop optimization), for k = 
 5. one line per arm: sessions re-run and the chains' pass rate before and after the iteration.
    Why the control: the client simulator samples and the evaluator is a model, so a failed
    session re-run with no feedback at all often passes, and with `select: failed` a pass is
-   carried forward: the feedback arm's pass rate can only rise. The feedback's effect is its
-   gain over the control's (`analysis.arena.control`).
+   carried forward: the feedback arm's pass rate can only rise. The loop's effect is its gain
+   over the control's (`analysis.arena.control`): the whole loop's (the feedback and the
+   draft-reflect-rewrite procedure, which the control's plain turns lack), not the feedback's
+   content alone.
 
 Everything is keyed (ITERATIONS and SESSIONS by session id, scores by session, evaluator and
 scale), so an interrupted loop resumes at its last finished iteration: what is written is
@@ -121,8 +123,8 @@ class OptimizeSettings(BaseModel):
         "select by the same rule (`select`, `variants`, `max_sessions`) are run again with the same card, counselor, "
         "prompt variant, rounds, sampling and client simulator and *no* feedback (`<card>|<counselor>|<variant>|ctl<k>`, "
         "mode `control`), and evaluated the same way. The client simulator samples and the evaluator is a model, so a "
-        "failed session re-run alone often passes: the report's effect of the feedback is its gain minus the "
-        "control's, over every chain.")
+        "failed session re-run alone often passes: the report's effect of the loop (feedback and its draft-reflect-"
+        "rewrite procedure together) is its gain minus the control's, over every chain.")
     mode: Literal["response", "prompt"] = Field(
         "response", description="`response` (the paper): the session restarts and every counselor turn is drafted, "
         "reflected on with the feedback and the methods, and rewritten; the client answers the rewrite. `prompt` "
