@@ -37,7 +37,7 @@ def _engines(history: list[dict[str, Any]]) -> str:
         if k == 0:
             text = f"served by {engine}"
         else:
-            text = f"then by {engine} (from {look.get('seen_at', '?')}, {look.get('since', '?')})"
+            text = f"then by {engine} (first seen at {look.get('seen_at', '?')}, {look.get('since', '?')})"
         if look.get("fallback_reason"):
             text += f", fallback because: {look['fallback_reason'].splitlines()[0][:300]}"
         if look.get("note"):
@@ -67,7 +67,7 @@ def _cluster(looks: list[dict[str, Any]]) -> str:
 
     text = one(looks[0])
     for look in looks[1:]:
-        text += f"; then {one(look)} (from {look.get('seen_at', '?')}, {look.get('since', '?')})"
+        text += f"; then {one(look)} (first seen at {look.get('seen_at', '?')}, {look.get('since', '?')})"
     return text
 
 

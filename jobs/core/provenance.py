@@ -51,7 +51,7 @@ def now() -> str:
 
 
 def _git(root: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
+    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, errors="replace", timeout=30)
     if done.returncode:
         raise RuntimeError(done.stderr.strip() or f"git {args[0]} exited {done.returncode}")
     return done.stdout
@@ -62,7 +62,8 @@ def git_state(root: str | Path = REPO_ROOT) -> dict[str, Any]:
 
     Returns:
         `{"commit", "dirty", "changed"}` (`changed`: up to 20 paths `git status` lists, untracked
-        files included: a new module changes what runs), or `{"commit": None, "note": why}` when
+        files included: a new module changes what runs; with `diff_sha256`, of `git diff HEAD`,
+        when dirty), or `{"commit": None, "note": why}` when
         `root` is not a git checkout (an installed package, a Ray job's uploaded working_dir) or
         git cannot be run.
     """
@@ -74,13 +75,19 @@ def git_state(root: str | Path = REPO_ROOT) -> dict[str, Any]:
             return {"commit": None, "note": f"not a git checkout (inside the repository at {top.name}/)"}
         commit = _git(root, "rev-parse", "HEAD").strip()
         changed = [line[3:] for line in _git(root, "status", "--porcelain").splitlines() if line.strip()]
+        # The same files can be dirty in two different ways: the diff's hash tells them apart
+        # (tracked files; an untracked file is named, not hashed).
+        diff = _git(root, "diff", "HEAD", "--binary") if changed else ""
     except FileNotFoundError:
         return {"commit": None, "note": "git is not installed here: the commit is unknown"}
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         if "not a git repository" in str(exc):
             return {"commit": None, "note": "not a git checkout"}
         return {"commit": None, "note": f"git failed: {str(exc).splitlines()[0][:200]}"}
-    return {"commit": commit, "dirty": bool(changed), "changed": changed[:DIRTY_FILES_SHOWN]}
+    out: dict[str, Any] = {"commit": commit, "dirty": bool(changed), "changed": changed[:DIRTY_FILES_SHOWN]}
+    if changed:
+        out["diff_sha256"] = hashlib.sha256(diff.encode("utf-8")).hexdigest()[:16]
+    return out
 
 
 def _version(dist: str) -> str | None:
@@ -240,8 +247,10 @@ def attempt_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     out = []
     if "code" in before and "code" in after:
         b, a = before["code"], after["code"]
-        if (b.get("commit"), b.get("dirty"), b.get("changed")) != (a.get("commit"), a.get("dirty"), a.get("changed")):
+        if (b.get("commit"), b.get("dirty")) != (a.get("commit"), a.get("dirty")):
             out.append(f"code {_code_text(b)} -> {_code_text(a)}")
+        elif (b.get("changed"), b.get("diff_sha256")) != (a.get("changed"), a.get("diff_sha256")):
+            out.append(f"uncommitted changes at {_code_text(a)} differ (now in: {', '.join(a.get('changed') or [])})")
     for lib in sorted(set(before.get("versions", {})) & set(after.get("versions", {}))):
         if before["versions"][lib] != after["versions"][lib]:
             out.append(f"{lib} {before['versions'][lib]} -> {after['versions'][lib]}")

@@ -45,7 +45,7 @@ def test_the_first_lines_name_the_commit_versions_engines_and_cluster():
     model = next(ln for ln in lines if ln.startswith("Model gemma3-270m"))
     assert "revision package version 1.0.0" in model and "sha256 dddddddddddd" in model
     assert "served by llama-server" in model
-    assert "then by llama-cpp-python (from end of the run, 2030-01-02T00:09:00+00:00), fallback because: the " \
+    assert "then by llama-cpp-python (first seen at end of the run, 2030-01-02T00:09:00+00:00), fallback because: the " \
            "server died during the run: exit -14" in model
     assert "Cluster: 1 node(s), 2 CPU(s), 0 GPU(s)" in lines
     assert lines[-1] == ("Attempt 2 (pipeline, 2030-01-02T00:00:00+00:00) differs from the one before: "

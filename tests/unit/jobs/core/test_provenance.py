@@ -51,6 +51,11 @@ def test_an_edited_or_new_file_makes_the_tree_dirty_and_is_named(repo):
     assert state["commit"] == head(repo)
     assert state["dirty"] is True
     assert sorted(state["changed"]) == ["a.py", "new.py"]
+    (repo / "a.py").write_text("x = 3\n")  # the same files dirty, another way
+    again = provenance.git_state(repo)
+    assert again["changed"] == state["changed"] and again["diff_sha256"] != state["diff_sha256"]
+    assert provenance.attempt_changes({"code": state}, {"code": again}) == [
+        f"uncommitted changes at {head(repo)[:12]} (dirty) differ (now in: {', '.join(again['changed'])})"]
 
 
 def test_a_folder_that_is_not_a_checkout_says_so(tmp_path):
