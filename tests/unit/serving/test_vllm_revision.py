@@ -56,3 +56,13 @@ def test_every_hub_model_file_states_its_revision():
             assert "\nrevision:" in text, path.name
         else:
             assert m.revision is None, path.name
+
+
+def test_rays_llm_config_takes_the_revision_in_its_engine_arguments():
+    """Ray Serve LLM downloads nothing for a hub id (vLLM loads it), so vLLM's `revision` is the
+    one that pins: it must pass Ray's own validation of the config."""
+    from serving.vllm_app import build_llm_config
+
+    config = build_llm_config(ModelConfig(**BASE, revision="abc123"), allow_internal=True)
+    assert config.engine_kwargs["revision"] == "abc123"
+    assert config.model_loading_config.model_source == "Org/Model"
