@@ -28,6 +28,7 @@ class FinetuneRecipe(StrictModel):
 
     name: str = Field(description="The recipe's name, recorded with every fine-tune.")
     base_model: str = Field(description="The base checkpoint: a Hugging Face id or a local folder.")
+    family: str = Field("unknown", description="The base model's family, written into each fine-tuned model file.")
     base_revision: str | None = Field(None, description="A hub commit that pins the base (null: not pinned).")
     dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="Weights' dtype while training.")
     splits: list[Literal["train", "dev"]] = Field(
