@@ -77,7 +77,8 @@ def _effect_part(w: ReportWriter, sec: Section, frame_all: pd.DataFrame, iterati
             "pass_control; fb_only / ctl_only: chains passing in one arm only. effect_lo / effect_hi: the 95% "
             f"interval ({control.CI_METHOD}). The cells (role cell, one per counselor and variant) are one family: "
             "p is each cell's two-sided exact McNemar p, p_holm the same adjusted for multiplicity by Holm's "
-            "method over the cells; read a cell by p_holm (its interval is a 95% one alone and agrees with the raw p). An effect whose interval holds 0 (p >= 0.05 in the "
+            "method over the cells; read a cell by p_holm (its interval is a 95% one alone and agrees with the "
+            "raw p). An effect whose interval holds 0 (p >= 0.05 in the "
             "primary row, p_holm >= 0.05 in a cell) is not told from re-running alone.", digits=3)
     w.table(sec, control.arm_tables(frame_all).set_index([COUNSELOR, VARIANT, "arm"]), "optimization_arms",
             "Before (iteration 0) and after (the last iteration) in each arm, over every chain",

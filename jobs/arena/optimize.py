@@ -123,8 +123,8 @@ class OptimizeSettings(BaseModel):
         "select by the same rule (`select`, `variants`, `max_sessions`) are run again with the same card, counselor, "
         "prompt variant, rounds, sampling and client simulator and *no* feedback (`<card>|<counselor>|<variant>|ctl<k>`, "
         "mode `control`), and evaluated the same way. The client simulator samples and the evaluator is a model, so a "
-        "failed session re-run alone often passes: the report's effect of the loop (feedback and its draft-reflect-"
-        "rewrite procedure together) is its gain minus the control's, over every chain.")
+        "failed session re-run alone often passes: the report's effect of the loop (feedback and its "
+        "draft-reflect-rewrite procedure together) is its gain minus the control's, over every chain.")
     mode: Literal["response", "prompt"] = Field(
         "response", description="`response` (the paper): the session restarts and every counselor turn is drafted, "
         "reflected on with the feedback and the methods, and rewritten; the client answers the rewrite. `prompt` "

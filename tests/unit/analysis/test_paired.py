@@ -4,7 +4,8 @@
 z = 1.959964, z^2 = 3.841459. With no pair passing in the second arm only (c = 0) Tango's
 restricted estimate has a closed form: B = -b + (2n - b) D0 < 0 gives q = (b - (2n - b) D0) / 2n,
 so n (2q + D0 (1 - D0)) = b - (n - b) D0 - n D0^2 and T(D0)^2 = z^2 is a quadratic in D0; where
-B >= 0, q = 0 and the variance term is n D0 (1 - D0). The conditional bound of b of b discordant pairs is theta_lo = 0.025^(1/b)."""
+B >= 0, q = 0 and the variance term is n D0 (1 - D0). The conditional bound of b of b discordant
+pairs is theta_lo = 0.025^(1/b)."""
 
 from __future__ import annotations
 
