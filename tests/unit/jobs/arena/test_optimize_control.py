@@ -8,6 +8,7 @@ coins, and the exact McNemar p is summed from binomial coefficients."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import re
@@ -116,12 +117,13 @@ def fake(tmp_path, monkeypatch):
         yield server
 
 
-def _loop(tmp_path, fake, helpful: bool):
+def _loop(tmp_path, fake, helpful: bool, **kw):
     coin = coins()
     fake.set_script(script(coin, helpful))
     run_dir = tmp_path / "run"
     first_sessions(run_dir, coin)
-    cfg = config(run_dir, iterations=ITERATIONS, optimize={"mode": "response", "select": "failed", "control": True})
+    cfg = config(run_dir, iterations=ITERATIONS, optimize={"mode": "response", "select": "failed", "control": True},
+                 **kw)
     assert optimize.run(cfg) == 0
     frame = load_frame(run_dir, load_scores(run_dir), rubrics())
     fb, ctl = replay(coin, "it", helped=helpful), replay(coin, "ctl", helped=False)
@@ -135,7 +137,9 @@ def _by_hand(fb: dict, ctl: dict) -> tuple[int, int, float, float]:
 
 
 def test_a_blind_evaluator_shows_no_significant_effect_over_the_control(tmp_path, fake, capsys):
-    run_dir, coin, frame, fb, ctl = _loop(tmp_path, fake, helpful=False)
+    # a fixed seed, as generation.seed=7 sets it: each session must still get its own
+    run_dir, coin, frame, fb, ctl = _loop(tmp_path, fake, helpful=False, generation={"seed": 7},
+                                          client_generation={"seed": 7})
     b, c, effect, p = _by_hand(fb, ctl)
     row = control.control_effect(frame).iloc[0]
     assert (row["n"], row["fb_only"], row["ctl_only"]) == (len(CARDS), b, c)
@@ -156,6 +160,10 @@ def test_a_blind_evaluator_shows_no_significant_effect_over_the_control(tmp_path
     expect = {f"{chain(card)}|ctl{k}" for card in CARDS for k in range(1, ITERATIONS + 1)
               if not any(passes(coin, f"{chain(card)}|{t}") for t in ["it0", *(f"ctl{j}" for j in range(1, k))])}
     assert set(controls.index) == expect
+    # each re-run sent its own seed, 7 + the first 4 bytes of sha256(session id), recorded in its row
+    reruns = sessions[sessions["iteration"] >= 1]
+    assert reruns["seed"].tolist() == [(7 + int(hashlib.sha256(sid.encode()).hexdigest()[:8], 16)) % 2 ** 31
+                                       for sid in reruns.index]
     # each with its variant's own prompt file, as iteration 0 is planned (`base_plans`)
     vanilla = find_file(config(run_dir).counselor_prompts["vanilla"]).read_text(encoding="utf-8")
     assert set(controls["counselor_prompt"]) == {vanilla} and set(controls["parent_session_id"]) <= set(sessions.index)
