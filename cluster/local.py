@@ -26,6 +26,11 @@ DIR (default `runs/local-cluster`) gets `cluster.json` (address, nodes, pids), `
 `env.sh`; after `source DIR/env.sh` every job joins the cluster (RAY_ADDRESS), or a job names it
 with `cluster.address=ADDRESS` beside the two auth variables. The test fixture
 (`tests/integration/multinode.py`) uses the same functions.
+
+A failure (a `ray start` that fails, no cluster recorded in DIR, a node index that is not there)
+ends the command with one line saying what failed and what to do, exit 1 (`LocalClusterError`;
+a failed `ray start`'s whole output is kept in DIR/ray-start.log); EVALCLUSTER_DEBUG=1 adds the
+traceback.
 """
 
 from __future__ import annotations
@@ -44,11 +49,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cluster.placement import NAME_LABEL
+from jobs.core.errors import SetupError, print_error
 
-__all__ = ["LocalCluster", "kill_pids", "load", "main", "pids_under", "start"]
+__all__ = ["LocalCluster", "LocalClusterError", "kill_pids", "load", "main", "pids_under", "ray_start_failure",
+           "start"]
 
 DEFAULT_DIR = Path("runs") / "local-cluster"
 STATE = "cluster.json"
+START_LOG = "ray-start.log"  # a failed `ray start`'s whole output (the cluster's temp folder is removed)
+
+
+class LocalClusterError(SetupError):
+    """The local cluster could not be started, reached or found; the message says what to do."""
 
 
 def _ray() -> str:
@@ -160,7 +172,9 @@ class LocalCluster:
         out = subprocess.run([_ray(), "status", f"--address={self.address}"], env=self.process_env(),
                              capture_output=True, text=True, timeout=60)
         if out.returncode:
-            raise RuntimeError(f"ray status failed: {out.stderr[-500:]}")
+            why = _last_line(out.stderr, out.stdout)
+            raise LocalClusterError(f"ray status --address={self.address} failed ({why}): the head may be gone; "
+                                    f"python -m cluster.local stop --dir {self.dir}, then start it again")
         active = out.stdout.split("Active:", 1)[1].split("Pending:", 1)[0]
         return sum(1 for line in active.splitlines() if "node_" in line)
 
@@ -182,14 +196,46 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ray_start(args: list[str], env: dict[str, str], temp_dir: str) -> set[int]:
-    """`ray start ARGS`; the pids it left running (its node's processes)."""
+def _last_line(*outputs: str) -> str:
+    """The last non-empty line of the first output that has one (where a command says why it failed)."""
+    for text in outputs:
+        lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+        if lines:
+            return lines[-1][:300]
+    return "no output"
+
+
+def ray_start_failure(node: str, code: int | None, stdout: str, stderr: str, log: Path) -> str:
+    """The one line for a `ray start` of `node` (head, worker-<i>) that failed (`code` None: it
+    timed out); its whole output is in `log`."""
+    how = "did not finish in 300 s" if code is None else f"exited with {code}"
+    return (f"ray start of the {node} node {how} ({_last_line(stderr, stdout)}); its whole output: {log}. "
+            f"Then python -m cluster.local stop --dir {log.parent} and start again: that clears a cluster of this "
+            "folder still running or a port in use, and a node slow to start on a loaded machine may start then")
+
+
+def _ray_start(args: list[str], env: dict[str, str], temp_dir: str, node: str, log: Path) -> set[int]:
+    """`ray start ARGS` for `node`; the pids it left running (its node's processes). A failure is
+    a `LocalClusterError`, its output kept in `log`."""
     before = pids_under(temp_dir)
-    out = subprocess.run([_ray(), "start", *args], env=env, capture_output=True, text=True, timeout=300)
-    if out.returncode:
-        raise RuntimeError(f"ray start {' '.join(args)} failed:\n{out.stdout[-1500:]}\n{out.stderr[-1500:]}")
+    try:
+        out = subprocess.run([_ray(), "start", *args], env=env, capture_output=True, text=True, timeout=300)
+        code, stdout, stderr = out.returncode, out.stdout, out.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, stdout, stderr = None, _text(exc.stdout), _text(exc.stderr)
+    except FileNotFoundError as exc:
+        raise LocalClusterError(f"Ray's command {_ray()} is not there ({exc.strerror}): install the project "
+                                "in this Python (make setup, or pip install -e .)") from exc
+    if code != 0:
+        log.write_text(f"$ ray start {' '.join(args)}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n",
+                       encoding="utf-8")
+        raise LocalClusterError(ray_start_failure(node, code, stdout, stderr, log))
     time.sleep(0.5)
     return pids_under(temp_dir) - before
+
+
+def _text(out: str | bytes | None) -> str:
+    return out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
 
 
 def start(workers: int = 2, cpus: float = 1, object_store_gb: float = 0.5, directory: str | Path = DEFAULT_DIR,
@@ -199,8 +245,8 @@ def start(workers: int = 2, cpus: float = 1, object_store_gb: float = 0.5, direc
         raise ValueError("workers: at least 1 worker node (the head runs no tasks)")
     directory = Path(directory).resolve()
     if (directory / STATE).is_file():
-        raise RuntimeError(f"{directory / STATE} exists: a cluster is running there (python -m cluster.local stop "
-                           f"--dir {directory}), or remove the file")
+        raise LocalClusterError(f"{directory / STATE} exists: a cluster is running there (python -m cluster.local "
+                                f"stop --dir {directory}), or remove the file")
     directory.mkdir(parents=True, exist_ok=True)
     token = directory / "auth_token"
     token.write_text(secrets.token_hex(32), encoding="utf-8")
@@ -217,7 +263,7 @@ def start(workers: int = 2, cpus: float = 1, object_store_gb: float = 0.5, direc
                    if dashboard else ["--include-dashboard=false"])]
     cluster = LocalCluster(dir=str(directory), temp_dir=temp_dir, address="", dashboard=None)
     try:
-        head = _ray_start(head_args, env, temp_dir)
+        head = _ray_start(head_args, env, temp_dir, "head", directory / START_LOG)
         cluster.address = (Path(temp_dir) / "ray" / "ray_current_cluster").read_text().strip()
         cluster.dashboard = f"http://127.0.0.1:{dash_port}" if dashboard else None
         cluster.nodes.append({"name": "head", "cpus": 0, "pids": sorted(head)})
@@ -245,7 +291,8 @@ def _start_worker(cluster: LocalCluster, cpus: float, store: str, env: dict[str,
     pids = _ray_start([f"--address={cluster.address}", f"--num-cpus={cpus:g}", "--node-ip-address=127.0.0.1",
                        f"--object-store-memory={store}", f"--resources={json.dumps({'worker_node': 1})}",
                        # its name in the jobs' placement lines (`cluster.placement`)
-                       f"--labels={NAME_LABEL}=worker-{i}", f"--temp-dir={own}"], env, cluster.temp_dir)
+                       f"--labels={NAME_LABEL}=worker-{i}", f"--temp-dir={own}"], env, cluster.temp_dir,
+                      f"worker-{i}", Path(cluster.dir) / START_LOG)
     node = {"name": f"worker-{i}", "cpus": cpus, "pids": sorted(pids)}
     cluster.nodes.append(node)
     return node
@@ -254,7 +301,8 @@ def _start_worker(cluster: LocalCluster, cpus: float, store: str, env: dict[str,
 def load(directory: str | Path = DEFAULT_DIR) -> LocalCluster:
     path = Path(directory).resolve() / STATE
     if not path.is_file():
-        raise FileNotFoundError(f"no local cluster recorded in {path}: python -m cluster.local start --dir {directory}")
+        raise LocalClusterError(f"no local cluster recorded in {path}: start one with python -m cluster.local start "
+                                f"--dir {directory}, or name the folder it was started with (--dir)")
     return LocalCluster(**json.loads(path.read_text(encoding="utf-8")))
 
 
@@ -274,6 +322,14 @@ def main(argv: list[str] | None = None) -> int:
         if not any(a.dest == "dir" for a in q._actions):
             q.add_argument("--dir", default=str(DEFAULT_DIR), help=f"the cluster's folder (default {DEFAULT_DIR})")
     a = p.parse_args(argv)
+    try:
+        return _run(a)
+    except (SetupError, ValueError) as exc:  # what failed and what to do, in one line: no traceback
+        print_error(exc)
+        return 1
+
+
+def _run(a: argparse.Namespace) -> int:
     if a.cmd == "start":
         c = start(a.workers, a.cpus, a.object_store_gb, a.dir, dashboard=not a.no_dashboard)
         print(f"local cluster: head {c.address} (no task CPUs) + {a.workers} worker node(s) of {a.cpus:g} CPU(s); "

@@ -29,6 +29,7 @@ from jobs.core import joblog
 from jobs.core.base import StrictModel
 from jobs.core.collect import WriteFailed, raise_on_sigterm
 from jobs.core.configfiles import ConfigError, data_path, find_file, validated
+from jobs.core.errors import SetupError, print_error
 from jobs.core.modelconfig import GenerationOverrides
 from jobs.core.preflight import PreflightError
 from jobs.core.registry import method_spec, resolve
@@ -254,7 +255,9 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
 
     Configuration and data-governance errors are the user's to fix: one line on stderr, exit 2
     (a `run_dir` that is a file or cannot be written included, checked before anything runs).
-    An endpoint that does not answer, or rows that could not be written: one line, exit 1.
+    An endpoint that does not answer, rows that could not be written, or what the run stands on
+    failing (a Ray cluster not reached, a model not deployed: `SetupError`): one line, exit 1; its
+    traceback goes to the job's log, and to stderr too under EVALCLUSTER_DEBUG=1.
     SIGINT/SIGTERM: one line with the rows saved and the command that resumes, exit 130/143.
     What the console shows also goes to `RUN_DIR/<job>.log`, with the detail kept off it.
     """
@@ -291,6 +294,11 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
         error, code = str(exc), 2
     except (PreflightError, WriteFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        error, code = str(exc), 1
+    except SetupError as exc:
+        print_error(exc)
+        logging.getLogger(__name__).info("the error's traceback (EVALCLUSTER_DEBUG=1 prints it on stderr too)",
+                                         exc_info=exc)
         error, code = str(exc), 1
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)

@@ -43,6 +43,7 @@ from pydantic import ValidationError
 from cluster.config import ClusterConfig
 from cluster.connect import REPO_ROOT, connect
 from jobs.core.configfiles import ConfigError, load_model
+from jobs.core.errors import SetupError, print_error
 from serving.deploy import ServingConfig, ensure, served_by
 
 __all__ = ["DEMO_EXPERIMENTS", "main", "shared_overrides"]
@@ -216,6 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A misspelt override or a bad value: the user's to fix, before any pipeline runs.
         print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
+    except SetupError as exc:  # no cluster, or the model did not deploy: one line, no traceback
+        print_error(exc)
+        return 1
     except KeyboardInterrupt:
         print("demo: interrupted", file=sys.stderr)
         return 130

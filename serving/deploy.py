@@ -20,12 +20,14 @@ from pydantic import Field
 from jobs.core.base import StrictModel
 
 from serving.client import Endpoint
+from serving.deploy_errors import DeployFailed, app_cause, failure_message, replica_log, timeout_message
 from serving.startlog import StartClock, engine_lines, ray_logs_dir
 from serving.vllm_app import build_vllm_app
 from jobs.core.modelconfig import ModelConfig
 from cluster.config import ClusterConfig
 from cluster.connect import connect
 from jobs.core.configfiles import ConfigError, load_model
+from jobs.core.errors import SetupError, print_error
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +103,9 @@ def _wait_ready(models: list[ModelConfig], cfg: ServingConfig, check_apps: bool 
             if "DEPLOY_FAILED" in state or "UNHEALTHY" in state:
                 from ray import serve
 
-                detail = serve.status().applications[app_name(model)]
-                raise RuntimeError(f"deploying model {model.name!r} failed: {detail}")
+                status = serve.status().applications.get(app_name(model))
+                raise DeployFailed(failure_message(model.name, app_name(model), state, app_cause(status),
+                                                   replica_log(app_name(model), ray_logs_dir())))
             try:
                 with urllib.request.urlopen(url, timeout=5) as resp:
                     listed = resp.status == 200 and model.name.encode() in resp.read()
@@ -115,11 +118,8 @@ def _wait_ready(models: list[ModelConfig], cfg: ServingConfig, check_apps: bool 
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"model {model.name!r} was not ready at {url} after {cfg.startup_timeout_s:.0f}s "
-                    f"(app state {state or 'absent'}); raise serving.startup_timeout_s or check "
-                    "`serve status`"
-                )
+                log = replica_log(app_name(model), ray_logs_dir()) if check_apps else None
+                raise DeployFailed(timeout_message(model.name, url, cfg.startup_timeout_s, state, log))
             time.sleep(1.0)
 
 
@@ -219,7 +219,7 @@ def _check_running_vllm_app(models: list[ModelConfig], cfg: ServingConfig) -> No
         return  # not answering yet: the readiness wait reports it
     missing = [m.name for m in models if m.engine == "vllm" and m.name not in served]
     if missing:
-        raise RuntimeError(
+        raise DeployFailed(
             f"the running vLLM app serves {sorted(served)} but not {missing}; redeploy it with all "
             f"the models (`serve delete {VLLM_APP}` then run the job again), or use another cluster"
         )
@@ -261,8 +261,13 @@ def _main() -> None:
         except (ConfigError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(2)
-        print(connect(cluster), flush=True)
-        for name, ep in ensure(models, serving).items():
+        try:
+            print(connect(cluster), flush=True)
+            endpoints = ensure(models, serving)
+        except SetupError as exc:  # no cluster, or a model that did not deploy: one line, no traceback
+            print_error(exc)
+            sys.exit(1)
+        for name, ep in endpoints.items():
             print(f"{name}: {ep.base_url}  (model id {ep.model.served_model_id!r})", flush=True)
         embedded = not (cluster.address or os.environ.get("RAY_ADDRESS"))
         if data.get("block") is True or (data.get("block") == "auto" and embedded):

@@ -23,6 +23,10 @@ Ray's session logs (the `ray-logs` link) stay on the node.
 Credentials come only from the filesystem's standard environment (AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_ENDPOINT_URL..., e.g. from a Kubernetes Secret): the
 URI is printed and recorded, so one that carries a key or a password is refused.
+
+A remote path that cannot be read or written (a missing bucket, a refused key, a file that will
+not download, a cache folder that cannot be made) is a `SyncError` naming the path and what to do;
+`run_main` prints it as one line and exits 1 (EVALCLUSTER_DEBUG=1 adds the traceback).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from urllib.parse import parse_qsl, urlsplit
 from jobs.core import store
 from jobs.core.rundir import RUN_FILE, RUN_INPUTS
 from jobs.core.configfiles import ConfigError
+from jobs.core.errors import print_error
 
 __all__ = ["CACHE_ENV", "RemoteRun", "SyncError", "is_uri", "local_run_dir", "mirrored", "public_path",
            "run_main", "source_uri"]
@@ -110,9 +115,13 @@ class RemoteRun:
         # The URI without its options, for messages: file:///abs/path keeps its third slash.
         self.display = f"{urlsplit(uri).scheme}://{self.root}"
         cache = Path(cache_root or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "evalcluster" / "runs")
-        cache.mkdir(parents=True, exist_ok=True)
         tag = hashlib.sha256(uri.encode()).hexdigest()[:12]
-        self.local = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=cache)).resolve()
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            self.local = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=cache)).resolve()
+        except OSError as exc:
+            raise SyncError(f"cannot make the local copy of {self.display} in {cache} ({exc.strerror or exc}): "
+                            f"set {CACHE_ENV} to a folder this user can write") from exc
         self._synced: dict[str, tuple[int, int]] = {}  # relative path -> (size, mtime_ns) uploaded
         self._removed: set[str] = set()  # remote deletions that failed: tried again at sync
         self._warned = False
@@ -152,9 +161,14 @@ class RemoteRun:
             if not rel or Path(rel).name.startswith(_SKIP_PREFIXES):
                 continue
             dest = self.local / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            with self.fs.open_input_stream(info.path) as src, open(dest, "wb") as out:
-                shutil.copyfileobj(src, out, 1 << 20)
+            try:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with self.fs.open_input_stream(info.path) as src, open(dest, "wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 20)
+            except OSError as exc:
+                raise SyncError(f"cannot download {self.display}/{rel} to {dest} ({exc}): check the credentials "
+                                f"can read it and the disk under {self.local} has room, then run the same "
+                                "command again") from exc
             self._synced[rel] = _stamp(dest)
             n += 1
         return n
@@ -356,8 +370,12 @@ def run_main(main: Callable[[], Any]) -> None:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
-    except OSError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except SyncError as exc:  # it names the path and what to do
+        print_error(exc)
+        sys.exit(1)
+    except OSError as exc:  # pyarrow's own, from a call not wrapped above: name the run directory
+        print_error(SyncError(f"run directory {uri}: {exc}; check the URI, the endpoint and the credentials")
+                    .with_traceback(exc.__traceback__))
         sys.exit(1)
     print(f"run directory {run.display}: working copy in {run.local}", flush=True)
     argv = list(sys.argv)
@@ -373,7 +391,7 @@ def run_main(main: Callable[[], Any]) -> None:
             sent = run.close()
             print(f"run directory {run.display}: up to date ({sent} file(s) uploaded)", flush=True)
         except SyncError as exc:
-            print(f"error: {exc}", file=sys.stderr, flush=True)
+            print_error(exc)
             code = code or 1
     if code in (130, 143):
         print(f"the run is saved in {run.display}; resume it with the same command (run_dir={uri})",

@@ -8,6 +8,7 @@ import pytest
 
 from jobs.core.configfiles import REPO_ROOT, load_model
 from serving.deploy import ServingConfig, base_url, ensure
+from serving.deploy_errors import DeployFailed
 
 
 def _models(*names):
@@ -32,7 +33,7 @@ def test_deploy_false_waits_for_the_model_and_names_it_when_it_never_answers():
     """With deploy=false nothing is deployed: a model that is not served times out with its name."""
     (cpu,) = _models("gemma3-270m")
     started = time.monotonic()
-    with pytest.raises(TimeoutError, match="gemma3-270m.*not ready"):
+    with pytest.raises(DeployFailed, match="gemma3-270m.*not ready.*serving.deploy=false"):
         ensure([cpu], ServingConfig(port=9, deploy=False, startup_timeout_s=2))
     assert time.monotonic() - started < 30
 

@@ -222,3 +222,42 @@ def test_a_uri_that_reaches_a_job_unmirrored_is_refused(tmp_path, monkeypatch):
         local_run_dir("s3://bucket/run")
     monkeypatch.chdir(tmp_path)
     assert local_run_dir("runs/x") == str(tmp_path.resolve() / "runs" / "x")
+
+
+class _FailingReads:
+    """A filesystem whose reads fail (a key that may list but not read), the rest passed through."""
+
+    def __init__(self, fs):
+        self._fs = fs
+
+    def open_input_stream(self, path):
+        raise OSError(f"When reading information for key '{path}': AWS Error ACCESS_DENIED")
+
+    def __getattr__(self, name):
+        return getattr(self._fs, name)
+
+
+def test_a_file_that_will_not_download_is_named_with_its_path(bucket_dir, cache):
+    (bucket_dir / "responses").mkdir(parents=True)
+    (bucket_dir / "responses" / "part-1.parquet").write_bytes(b"x")
+    run = RemoteRun(f"file://{bucket_dir}")
+    run.fs = _FailingReads(run.fs)
+    with pytest.raises(SyncError) as caught:
+        run.download()
+    assert str(caught.value).startswith(f"cannot download file://{bucket_dir}/responses/part-1.parquet to "
+                                        f"{run.local / 'responses' / 'part-1.parquet'} (When reading information")
+    assert "then run the same command again" in str(caught.value)
+
+
+def test_a_cache_folder_that_cannot_be_made_is_one_line_exit_1(bucket_dir, tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv(remote.CACHE_ENV, str(blocker / "cache"))
+    monkeypatch.delenv("EVALCLUSTER_DEBUG", raising=False)
+    monkeypatch.setattr(sys, "argv", ["jobs.pipeline", f"run_dir=file://{bucket_dir}"])
+    with pytest.raises(SystemExit) as done:
+        run_main(lambda: pytest.fail("the job must not start"))
+    err = capsys.readouterr().err
+    assert done.value.code == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"error: cannot make the local copy of file://{bucket_dir} in {blocker / 'cache'} (")
+    assert f"set {remote.CACHE_ENV} to a folder this user can write" in err
