@@ -24,7 +24,9 @@ def _code(code: dict[str, Any]) -> str:
     text = f"commit {code['commit'][:12]}"
     if code.get("dirty"):
         changed = code.get("changed") or []
-        text += f" with uncommitted changes ({len(changed)} file(s){': ' + ', '.join(changed[:5]) if changed else ''})"
+        count = code.get("changed_count", len(changed))
+        more = f", {count - 5} more" if count > 5 else ""
+        text += f" with uncommitted changes ({count} file(s){': ' + ', '.join(changed[:5]) + more if changed else ''})"
     return text
 
 

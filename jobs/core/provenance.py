@@ -86,6 +86,7 @@ def git_state(root: str | Path = REPO_ROOT) -> dict[str, Any]:
         return {"commit": None, "note": f"git failed: {str(exc).splitlines()[0][:200]}"}
     out: dict[str, Any] = {"commit": commit, "dirty": bool(changed), "changed": changed[:DIRTY_FILES_SHOWN]}
     if changed:
+        out["changed_count"] = len(changed)
         out["diff_sha256"] = hashlib.sha256(diff.encode("utf-8")).hexdigest()[:16]
     return out
 

@@ -52,6 +52,14 @@ def test_the_first_lines_name_the_commit_versions_engines_and_cluster():
                          "code ffffffffffff -> 0123456789ab (dirty)")
 
 
+def test_a_long_list_of_changed_files_is_cut_with_its_count():
+    code = {"commit": COMMIT, "dirty": True, "changed": [f"f{i}.py" for i in range(20)], "changed_count": 31}
+    record = {"attempts": [{**RECORD["attempts"][1], "code": code}]}
+    assert provenance_lines(record)[0].startswith(
+        "Produced by commit 0123456789ab with uncommitted changes (31 file(s): f0.py, f1.py, f2.py, f3.py, f4.py, "
+        "26 more)")
+
+
 def test_a_run_without_a_record_has_no_such_lines(tmp_path):
     assert provenance_lines({"method": "x"}) == []
     assert provenance_html(tmp_path) == ""

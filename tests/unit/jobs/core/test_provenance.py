@@ -50,7 +50,7 @@ def test_an_edited_or_new_file_makes_the_tree_dirty_and_is_named(repo):
     state = provenance.git_state(repo)
     assert state["commit"] == head(repo)
     assert state["dirty"] is True
-    assert sorted(state["changed"]) == ["a.py", "new.py"]
+    assert sorted(state["changed"]) == ["a.py", "new.py"] and state["changed_count"] == 2
     (repo / "a.py").write_text("x = 3\n")  # the same files dirty, another way
     again = provenance.git_state(repo)
     assert again["changed"] == state["changed"] and again["diff_sha256"] != state["diff_sha256"]
