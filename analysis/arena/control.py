@@ -41,7 +41,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.arena.data import (
-    CARD_ID, CHAIN, CONTROL, COUNSELOR, ITERATION, STATUS, VARIANT, control_arm, feedback_arm,
+    CARD_ID, CHAIN, CONTROL, COUNSELOR, ITERATION, PROCEDURE, STATUS, VARIANT, control_arm, feedback_arm,
+    procedure_arm,
 )
 from analysis.arena.passing import COMPLETE, OVERALL_PASS
 from jobs.core.schemas import STATUS_OK
@@ -63,13 +64,26 @@ ARM_COLUMNS = [COUNSELOR, VARIANT, "arm", "n", "n_pass_before", "pass_before", "
 
 COUNT_COLUMNS = [ITERATION, "arm", "selected", "feedback_failed", "rerun", "ok", "errored", "evaluated"]
 
-__all__ = ["ALL", "ARM_COLUMNS", "CELL", "CI_METHOD", "COLUMNS", "COUNT_COLUMNS", "PRIMARY", "arm_counts", "arm_tables",
-           "chain_outcomes", "control_effect", "has_control"]
+PROCEDURE_COLUMNS = ["comparison", COUNSELOR, VARIANT, ROLE, "n", "n_cards", "pass_a", "pass_b", "effect", "effect_lo",
+                     "effect_hi", "a_only", "b_only", "p", "p_holm"]
+# What the third arm tells apart: the feedback's content (feedback arm over the procedure arm, the
+# same draft-reflect-rewrite turns with an empty feedback) and the procedure (procedure over control)
+COMPARISONS = {"content: feedback - procedure": ("feedback", "procedure"),
+               "procedure: procedure - control": ("procedure", "control")}
+
+__all__ = ["ALL", "ARM_COLUMNS", "CELL", "CI_METHOD", "COLUMNS", "COMPARISONS", "COUNT_COLUMNS", "PRIMARY",
+           "PROCEDURE_COLUMNS", "arm_counts", "arm_tables", "chain_outcomes", "control_effect", "has_control",
+           "has_procedure", "procedure_effects"]
 
 
 def has_control(frame: pd.DataFrame) -> bool:
     """Whether the run has a control arm (any control re-run)."""
     return CONTROL in frame.columns and bool(frame[CONTROL].any())
+
+
+def has_procedure(frame: pd.DataFrame) -> bool:
+    """Whether the run has a procedure arm (any procedure re-run, `optimize.procedure`)."""
+    return PROCEDURE in frame.columns and bool(frame[PROCEDURE].any())
 
 
 def _last_pass(arm: pd.DataFrame, last: int) -> pd.Series:
@@ -97,27 +111,73 @@ def chain_outcomes(frame: pd.DataFrame) -> pd.DataFrame:
     out["control"] = _last_pass(ctl, last).reindex(out.index)
     out["rerun_feedback"] = out.index.isin(fb[fb[ITERATION] >= 1].set_index(CHAIN).index)
     out["rerun_control"] = out.index.isin(ctl[ctl[ITERATION] >= 1].set_index(CHAIN).index)
+    if has_procedure(frame):
+        proc = procedure_arm(frame)
+        out["procedure"] = _last_pass(proc, last).reindex(out.index)
+        out["rerun_procedure"] = out.index.isin(proc[proc[ITERATION] >= 1].set_index(CHAIN).index)
+        cols += ["procedure", "rerun_procedure"]
     return out.reset_index()[cols]
 
 
-def _effect_row(key: tuple, g: pd.DataFrame, pooled: bool) -> dict:
-    both = g.dropna(subset=["before", "feedback", "control"])
+def _paired(g: pd.DataFrame, a: str, b: str, pooled: bool) -> dict:
+    """Arm `a` against arm `b` over the chains of `g` known in both (and before): n, n_cards,
+    pass_a, pass_b, pass_before, effect = pass_a - pass_b, its interval, a_only, b_only and p (see
+    the module's docstring: the pooled row takes cards as its unit)."""
+    both = g.dropna(subset=["before", a, b])
     n = len(both)
-    fb, ctl, b0 = (both[c].astype(bool).to_numpy() for c in ("feedback", "control", "before"))
-    d = fb.astype(int) - ctl.astype(int)
-    fb_only, ctl_only = int((fb & ~ctl).sum()), int((ctl & ~fb).sum())
-    lo, hi = paired_interval(fb_only, ctl_only, n)
-    p = mcnemar_exact(fb_only, ctl_only) if n else np.nan
+    xa, xb, b0 = (both[c].astype(bool).to_numpy() for c in (a, b, "before"))
+    d = xa.astype(int) - xb.astype(int)
+    a_only, b_only = int((xa & ~xb).sum()), int((xb & ~xa).sum())
+    lo, hi = paired_interval(a_only, b_only, n)
+    p = mcnemar_exact(a_only, b_only) if n else np.nan
     cards = both[CARD_ID].to_numpy()
     if pooled and n:  # cards as the unit: a card's chains are not independent
         c_lo, c_hi = clustered_interval(d, cards)
         lo, hi = min(lo, c_lo), max(hi, c_hi)
         p = max(p, clustered_mcnemar(d, cards))
     mean = (lambda x: float(x.mean()) if n else np.nan)
-    return {COUNSELOR: key[0], VARIANT: key[1], ROLE: CELL, "n": n, "n_cards": int(len(set(cards))),
-            "pass_before": mean(b0), "pass_feedback": mean(fb), "pass_control": mean(ctl),
-            "gain_feedback": mean(fb) - mean(b0), "gain_control": mean(ctl) - mean(b0), "effect": mean(d),
-            "effect_lo": lo, "effect_hi": hi, "fb_only": fb_only, "ctl_only": ctl_only, "p": p}
+    return {"n": n, "n_cards": int(len(set(cards))), "pass_a": mean(xa), "pass_b": mean(xb), "pass_before": mean(b0),
+            "effect": mean(d), "effect_lo": lo, "effect_hi": hi, "a_only": a_only, "b_only": b_only, "p": p}
+
+
+def _effect_row(key: tuple, g: pd.DataFrame, pooled: bool) -> dict:
+    r = _paired(g, "feedback", "control", pooled)
+    return {COUNSELOR: key[0], VARIANT: key[1], ROLE: CELL, "n": r["n"], "n_cards": r["n_cards"],
+            "pass_before": r["pass_before"], "pass_feedback": r["pass_a"], "pass_control": r["pass_b"],
+            "gain_feedback": r["pass_a"] - r["pass_before"], "gain_control": r["pass_b"] - r["pass_before"],
+            "effect": r["effect"], "effect_lo": r["effect_lo"], "effect_hi": r["effect_hi"], "fb_only": r["a_only"],
+            "ctl_only": r["b_only"], "p": r["p"]}
+
+
+def _family(chains: pd.DataFrame, row) -> list[dict]:
+    """`row(key, g, pooled)` per cell, Holm-adjusted over the cells, then the pooled row (the
+    primary result) when there are several cells, else the one cell is primary."""
+    rows = [row(key, g, False) for key, g in chains.groupby([COUNSELOR, VARIANT], sort=True)]
+    for r, q in zip(rows, holm([r["p"] for r in rows])):
+        r["p_holm"] = q
+    if len(rows) > 1:
+        rows.append({**row((ALL, ALL), chains, True), ROLE: PRIMARY, "p_holm": np.nan})
+    elif rows:
+        rows[0][ROLE] = PRIMARY
+    return rows
+
+
+def procedure_effects(frame: pd.DataFrame) -> pd.DataFrame:
+    """With a procedure arm: per comparison of `COMPARISONS` (the feedback's content, the
+    procedure), the same table as `control_effect` (cells Holm-adjusted within a comparison, the
+    pooled row primary) with `pass_a` / `pass_b` the two arms' pass rates after the last iteration
+    and `a_only` / `b_only` the chains passing in one of them only. Empty without that arm."""
+    if not (has_procedure(frame) and has_control(frame)):
+        return pd.DataFrame(columns=PROCEDURE_COLUMNS)
+    chains = chain_outcomes(frame)
+    if chains.empty:
+        return pd.DataFrame(columns=PROCEDURE_COLUMNS)
+    rows = []
+    for name, (a, b) in COMPARISONS.items():
+        def row(key, g, pooled, a=a, b=b):
+            return {"comparison": name, COUNSELOR: key[0], VARIANT: key[1], ROLE: CELL, **_paired(g, a, b, pooled)}
+        rows += _family(chains, row)
+    return pd.DataFrame(rows, columns=PROCEDURE_COLUMNS)
 
 
 def control_effect(frame: pd.DataFrame) -> pd.DataFrame:
@@ -130,14 +190,7 @@ def control_effect(frame: pd.DataFrame) -> pd.DataFrame:
     chains = chain_outcomes(frame)
     if chains.empty:
         return pd.DataFrame(columns=COLUMNS)
-    rows = [_effect_row(key, g, pooled=False) for key, g in chains.groupby([COUNSELOR, VARIANT], sort=True)]
-    adjusted = holm([r["p"] for r in rows])
-    for r, q in zip(rows, adjusted):
-        r["p_holm"] = q
-    if len(rows) > 1:
-        rows.append({**_effect_row((ALL, ALL), chains, pooled=True), ROLE: PRIMARY, "p_holm": np.nan})
-    else:
-        rows[0][ROLE] = PRIMARY
+    rows = _family(chains, _effect_row)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -148,7 +201,7 @@ def arm_tables(frame: pd.DataFrame) -> pd.DataFrame:
     chains = chain_outcomes(frame)
     if chains.empty:
         return pd.DataFrame(columns=ARM_COLUMNS)
-    arms = ["feedback", "control"] if has_control(frame) else ["feedback"]
+    arms = ["feedback", *(["control"] if has_control(frame) else []), *(["procedure"] if has_procedure(frame) else [])]
     groups = list(chains.groupby([COUNSELOR, VARIANT], sort=True))
     if len(groups) > 1:
         groups.append(((ALL, ALL), chains))
@@ -174,9 +227,11 @@ def arm_counts(frame: pd.DataFrame, iterations: pd.DataFrame | None = None) -> p
     the arms show here."""
     if frame.empty or not (frame[ITERATION] >= 1).any():
         return pd.DataFrame(columns=COUNT_COLUMNS)
-    arms = [("feedback", frame[~frame[CONTROL]] if CONTROL in frame.columns else frame)]
+    arms = [("feedback", feedback_arm(frame))]
     if has_control(frame):
         arms.append(("control", frame[frame[CONTROL]]))
+    if has_procedure(frame):
+        arms.append(("procedure", frame[frame[PROCEDURE]]))
     its = iterations if iterations is not None and len(iterations) else None
     rows = []
     for k in range(1, int(frame[ITERATION].max()) + 1):

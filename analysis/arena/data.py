@@ -42,6 +42,7 @@ COUNSELOR = "counselor"      # the counselor model under test
 VARIANT = "variant"          # the counselor prompt: vanilla | psycho | ...
 ITERATION = "iteration"      # 0: before optimization
 CONTROL = "control"          # True: a control re-run (`<card>|<counselor>|<variant>|ctl<k>`, no feedback)
+PROCEDURE = "procedure"      # True: a procedure re-run (`...|proc<k>`: draft-reflect-rewrite, empty feedback)
 PARENT_SESSION_ID = "parent_session_id"
 ROUNDS_PLANNED = "rounds_planned"
 N_ROUNDS = "n_rounds"
@@ -199,27 +200,32 @@ def find_scales(scores: pd.DataFrame, overrides: str | Mapping[str, str] | None 
     return out
 
 
-# The tag before a session id's iteration: the feedback arm's (and iteration 0's) and the control
-# arm's (restated from `jobs.arena.schemas.ARM_TAG`, which the analysis does not import; a test
-# checks they match).
-FEEDBACK_TAG, CONTROL_TAG = "it", "ctl"
+# The tag before a session id's iteration: the feedback arm's (and iteration 0's), the control
+# arm's and the procedure arm's (restated from `jobs.arena.schemas.ARM_TAG`, which the analysis
+# does not import; a test checks they match).
+FEEDBACK_TAG, CONTROL_TAG, PROCEDURE_TAG = "it", "ctl", "proc"
 
 
 def parse_session_id(sid: str) -> dict[str, object]:
-    """`<card>|<counselor>|<variant>|it<k>` (or `ctl<k>`, a control re-run) -> its parts (the
-    card id may itself hold `|`)."""
+    """`<card>|<counselor>|<variant>|it<k>` (or `ctl<k>`, a control re-run; `proc<k>`, a
+    procedure re-run) -> its parts (the card id may itself hold `|`)."""
     parts = str(sid).rsplit("|", 3)
     tail = parts[-1]
-    tag = CONTROL_TAG if tail.startswith(CONTROL_TAG) else FEEDBACK_TAG
+    tag = next((t for t in (CONTROL_TAG, PROCEDURE_TAG) if tail.startswith(t)), FEEDBACK_TAG)
     if len(parts) != 4 or not tail.startswith(tag) or not tail[len(tag):].isdigit():
-        return {CARD_ID: None, COUNSELOR: None, VARIANT: None, ITERATION: None, CONTROL: None}
+        return {CARD_ID: None, COUNSELOR: None, VARIANT: None, ITERATION: None, CONTROL: None, PROCEDURE: None}
     return {CARD_ID: parts[0], COUNSELOR: parts[1], VARIANT: parts[2], ITERATION: int(tail[len(tag):]),
-            CONTROL: tag == CONTROL_TAG}
+            CONTROL: tag == CONTROL_TAG, PROCEDURE: tag == PROCEDURE_TAG}
 
 
 def is_control(session_ids: pd.Series) -> pd.Series:
     """Which sessions are control re-runs (their id ends in `|ctl<k>`)."""
     return session_ids.astype(str).str.contains(rf"\|{CONTROL_TAG}\d+$", regex=True)
+
+
+def is_procedure(session_ids: pd.Series) -> pd.Series:
+    """Which sessions are procedure re-runs (their id ends in `|proc<k>`)."""
+    return session_ids.astype(str).str.contains(rf"\|{PROCEDURE_TAG}\d+$", regex=True)
 
 
 def session_frame(sessions: pd.DataFrame | None, results: pd.DataFrame) -> pd.DataFrame:
@@ -240,14 +246,19 @@ def session_frame(sessions: pd.DataFrame | None, results: pd.DataFrame) -> pd.Da
     if len(frame):
         frame[ITERATION] = pd.to_numeric(frame[ITERATION]).astype(int)
     frame[CONTROL] = is_control(frame[SESSION_ID]) if len(frame) else pd.Series(dtype=bool)
+    frame[PROCEDURE] = is_procedure(frame[SESSION_ID]) if len(frame) else pd.Series(dtype=bool)
     return frame.sort_values([COUNSELOR, VARIANT, CARD_ID, ITERATION, CONTROL],
                              kind="stable").reset_index(drop=True)
 
 
 def feedback_arm(frame: pd.DataFrame) -> pd.DataFrame:
-    """The frame without the control re-runs: iteration 0 and the feedback arm's sessions (what
-    Table 2, Figure 4, the before / after tables and the agreement read)."""
-    return frame[~frame[CONTROL]].reset_index(drop=True) if CONTROL in frame.columns else frame
+    """The frame without the control and procedure re-runs: iteration 0 and the feedback arm's
+    sessions (what Table 2, Figure 4, the before / after tables and the agreement read)."""
+    other = pd.Series(False, index=frame.index)
+    for col in (CONTROL, PROCEDURE):
+        if col in frame.columns:
+            other |= frame[col].astype(bool)
+    return frame[~other].reset_index(drop=True)
 
 
 def control_arm(frame: pd.DataFrame) -> pd.DataFrame:
@@ -255,6 +266,13 @@ def control_arm(frame: pd.DataFrame) -> pd.DataFrame:
     if CONTROL not in frame.columns:
         return frame.iloc[0:0]
     return frame[frame[CONTROL] | frame[ITERATION].eq(0)].reset_index(drop=True)
+
+
+def procedure_arm(frame: pd.DataFrame) -> pd.DataFrame:
+    """Iteration 0 and the procedure arm's re-runs, read as plain iterations."""
+    if PROCEDURE not in frame.columns:
+        return frame.iloc[0:0]
+    return frame[frame[PROCEDURE] | frame[ITERATION].eq(0)].reset_index(drop=True)
 
 
 def load_frame(run_dir, scores: pd.DataFrame, rubrics: Mapping[str, Rubric]) -> pd.DataFrame:

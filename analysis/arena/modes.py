@@ -28,7 +28,8 @@ import pandas as pd
 
 from analysis.arena.control import control_effect
 from analysis.arena.data import (
-    COUNSELOR, ITERATION, SESSION_ID, VARIANT, feedback_arm, find_scales, is_control, load_sessions, loop_select,
+    COUNSELOR, ITERATION, SESSION_ID, VARIANT, feedback_arm, find_scales, is_control, is_procedure, load_sessions,
+    loop_select,
     read_folder, session_frame,
 )
 from analysis.arena.passing import session_results
@@ -103,7 +104,7 @@ def compare_modes(run_dirs: list[Path]) -> tuple[pd.DataFrame, list[str]]:
             tests["p_mcnemar"] = np.nan
             notes.append(f"{run_dir}: select is {loop_select(run_dir) or 'not recorded'}: no chain can fall back, so "
                          "the within-arm McNemar p (one-sided by construction) is left empty; read p_over_control")
-        cost = loop_cost(run_dir, sessions[~is_control(sessions[SESSION_ID])])
+        cost = loop_cost(run_dir, sessions[~(is_control(sessions[SESSION_ID]) | is_procedure(sessions[SESSION_ID]))])
         t = tests.merge(cost, on=[COUNSELOR, VARIANT], how="left")
         effect = control_effect(frame_all)  # empty without a control arm: the columns stay NaN
         t = t.merge(effect[[COUNSELOR, VARIANT, "effect", "p"]].rename(

@@ -31,7 +31,7 @@ from analysis.arena import report_table2 as rt2
 from analysis.arena import tables as tb
 from analysis.arena.data import (
     CARDS_DIR, COUNSELOR, ITERATION, ITERATIONS_DIR, LOWEST_ITEMS, OVERALL, RANKINGS_DIR, SESSION_ID, SESSIONS_DIR,
-    VARIANT, EVALUATOR_ROLE, Scales, control_arm, feedback_arm, find_scales, is_control, load_cards, load_iterations,
+    VARIANT, EVALUATOR_ROLE, Scales, control_arm, feedback_arm, find_scales, is_control, is_procedure, load_cards, load_iterations,
     load_rankings, load_sessions, loop_decides, loop_select, model_label, session_frame,
 )
 from analysis.arena.passing import (
@@ -81,9 +81,12 @@ def _as_run(run_dir: Path, sessions: pd.DataFrame | None) -> str:
     if sessions is None or sessions.empty or not (sessions[ITERATION] >= 1).any():
         return '<p class="note"><b>As run:</b> no optimization iteration.</p>'
     n_ctl = int(is_control(sessions[SESSION_ID]).sum())
+    n_proc = int(is_procedure(sessions[SESSION_ID]).sum())
     parts = [f"optimize.{k}={decides[f'optimize.{k}']}" for k in ("mode", "select", "lowest_items", "methods")
              if decides.get(f"optimize.{k}") is not None]
     parts.append(f"control arm: {n_ctl} re-run(s)" if n_ctl else "no control arm (no control re-run in the sessions)")
+    if n_proc:
+        parts.append(f"procedure arm (empty feedback): {n_proc} re-run(s)")
     return f'<p class="note"><b>As run:</b> {html.escape("; ".join(parts))}.</p>'
 
 

@@ -85,6 +85,16 @@ def _effect_part(w: ReportWriter, sec: Section, frame_all: pd.DataFrame, iterati
             "Wilson 95% intervals; rerun: chains the arm re-ran at least once. The control arm re-runs the "
             "sessions its own chains select by the same rule, with the same card, counselor, prompt, rounds and "
             "sampling, and no feedback.", digits=3)
+    proc = control.procedure_effects(frame_all)
+    if len(proc):
+        w.table(sec, proc.set_index(["comparison", COUNSELOR, VARIANT]), "optimization_effect_procedure",
+                "The feedback's content and the procedure, told apart by the procedure arm",
+                "The procedure arm re-runs the chains it selects by the same rule with the feedback arm's "
+                "draft-reflect-rewrite turns but an empty feedback and no methods. content: feedback arm - procedure "
+                "arm (what the feedback's words add); procedure: procedure arm - control (what drafting, reflecting "
+                "and rewriting add). pass_a / pass_b: the two arms' pass rates after the last iteration; a_only / "
+                "b_only: chains passing in one of them only; effect, interval, p and p_holm as in the headline "
+                "(cells Holm-adjusted within a comparison; the (all) row primary).", digits=3)
     w.table(sec, control.arm_counts(frame_all, iterations).set_index([ITERATION, "arm"]), "optimization_arm_counts",
             "What each arm got, per iteration",
             "selected: sessions the rule picked to improve (the feedback arm's feedback rows, the control's "

@@ -25,7 +25,7 @@ import pandas as pd
 
 from analysis.arena.data import (
     CARD_ID, CHAIN, COUNSELOR, ERROR, ITERATION, MODEL_LABEL, N_ROUNDS, OVERALL, ROUNDS_PLANNED, SESSION_ID,
-    STATUS, STOPPED_AT_ROUND, THEME, TOPIC, VARIANT, is_control, model_label,
+    STATUS, STOPPED_AT_ROUND, THEME, TOPIC, VARIANT, is_control, is_procedure, model_label,
 )
 from analysis.arena.passing import (
     COMPLETE, ITEM_INDEX, OVERALL_PASS, ROLE, SCORE, TOTAL, ordered_roles, pass_col, total_col,
@@ -326,6 +326,11 @@ def card_tables(cards: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {"status": status, "themes": themes, "failed": failed}
 
 
+def _arm_of(session_ids: pd.Series) -> np.ndarray:
+    """feedback | control | procedure, per session id."""
+    return np.where(is_control(session_ids), "control", np.where(is_procedure(session_ids), "procedure", "feedback"))
+
+
 def session_tables(sessions: pd.DataFrame, frame: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
     """`counts`: per counselor, variant and iteration, sessions ok / failed (and evaluated: all
     three scales valid, when `frame` is given); `failed`: each failed session, the rounds it
@@ -333,8 +338,8 @@ def session_tables(sessions: pd.DataFrame, frame: pd.DataFrame | None = None) ->
     s = sessions.copy()
     s["ok"] = s[STATUS].eq(STATUS_OK)
     by = [COUNSELOR, VARIANT, ITERATION]
-    if is_control(s[SESSION_ID]).any():  # a control arm: its re-runs counted apart from the feedback's
-        s[ARM] = np.where(is_control(s[SESSION_ID]), "control", "feedback")
+    if is_control(s[SESSION_ID]).any() or is_procedure(s[SESSION_ID]).any():  # each arm's re-runs counted apart
+        s[ARM] = _arm_of(s[SESSION_ID])
         by.append(ARM)
     g = s.groupby(by, sort=True)
     counts = pd.DataFrame({N: g.size(), STATUS_OK: g["ok"].sum().astype(int)})
@@ -342,7 +347,7 @@ def session_tables(sessions: pd.DataFrame, frame: pd.DataFrame | None = None) ->
     if frame is not None and COMPLETE in frame.columns:
         ev = frame[frame[SESSION_ID].isin(s[SESSION_ID])]
         if ARM in by:
-            ev = ev.assign(**{ARM: np.where(is_control(ev[SESSION_ID]), "control", "feedback")})
+            ev = ev.assign(**{ARM: _arm_of(ev[SESSION_ID])})
         counts["evaluated"] = (ev.assign(e=ev[COMPLETE].eq(True)).groupby(by)["e"]
                                .sum().reindex(counts.index).fillna(0).astype(int))
     failed = s[~s["ok"]][[SESSION_ID, STATUS, N_ROUNDS, ROUNDS_PLANNED, STOPPED_AT_ROUND, ERROR]].set_index(SESSION_ID)

@@ -17,7 +17,9 @@ import pandas as pd
 from analysis.arena.passing import COMPLETE, OVERALL_PASS, item_scores
 from jobs.arena.feedback import build_feedback
 from jobs.arena.reflect import FEEDBACK_SLOT, ReflectStage
-from jobs.arena.schemas import ARM_CONTROL, ARM_FEEDBACK, MODE_CONTROL, SUBJECT_SESSION, session_id
+from jobs.arena.schemas import (
+    ARM_CONTROL, ARM_FEEDBACK, ARM_PROCEDURE, MODE_CONTROL, MODE_PROCEDURE, SUBJECT_SESSION, session_id,
+)
 from jobs.dialogue import strictest
 from jobs.dialogue.engine import render
 from jobs.core.rubric import Rubric
@@ -33,13 +35,15 @@ NO_METHODS = "(no method suggested)"
 
 
 def in_arm(sessions: pd.DataFrame, arm: str) -> pd.Series:
-    """Which sessions belong to `arm`'s chains: iteration 0 (the first session of both arms) and
-    that arm's re-runs (the control's have mode `control`; every other re-run is the feedback's)."""
-    if arm not in (ARM_FEEDBACK, ARM_CONTROL):
-        raise ValueError(f"arm {arm!r}: {ARM_FEEDBACK!r} or {ARM_CONTROL!r}")
-    control = sessions["mode"].eq(MODE_CONTROL) if "mode" in sessions.columns else pd.Series(False, sessions.index)
+    """Which sessions belong to `arm`'s chains: iteration 0 (the first session of every arm) and
+    that arm's re-runs (the control's have mode `control`, the procedure arm's `procedure`; every
+    other re-run is the feedback's)."""
+    modes = {ARM_CONTROL: MODE_CONTROL, ARM_PROCEDURE: MODE_PROCEDURE}
+    if arm not in (ARM_FEEDBACK, *modes):
+        raise ValueError(f"arm {arm!r}: {ARM_FEEDBACK!r}, {ARM_CONTROL!r} or {ARM_PROCEDURE!r}")
+    mode = sessions["mode"] if "mode" in sessions.columns else pd.Series(None, sessions.index, dtype=object)
     first = sessions["iteration"].astype(int).eq(0)
-    return first | (control if arm == ARM_CONTROL else ~control)
+    return first | (mode.eq(modes[arm]) if arm in modes else ~mode.isin(list(modes.values())))
 
 
 def chain_states(sessions: pd.DataFrame, results: pd.DataFrame, before: int, models: list[str] | None = None,

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from analysis.arena.passing import session_results
 from jobs.arena import evaluate as evaluate_step
@@ -63,7 +63,9 @@ from jobs.arena.evaluate import EvaluateConfig
 from jobs.arena.knowledge import load_knowledge_base
 from jobs.arena.optimize_plan import print_plan
 from jobs.arena.reflect import ReflectStage
-from jobs.arena.schemas import ARM_CONTROL, ARM_FEEDBACK, CARDS, ITERATIONS, MODE_CONTROL, SESSIONS, session_id
+from jobs.arena.schemas import (
+    ARM_CONTROL, ARM_FEEDBACK, ARM_PROCEDURE, CARDS, ITERATIONS, MODE_CONTROL, MODE_PROCEDURE, SESSIONS, session_id,
+)
 from jobs.arena.sessions import SessionsConfig
 from jobs.dialogue import strictest
 from jobs.core.preflight import FailureSummary, summarize
@@ -125,11 +127,23 @@ class OptimizeSettings(BaseModel):
         "mode `control`), and evaluated the same way. The client simulator samples and the evaluator is a model, so a "
         "failed session re-run alone often passes: the report's effect of the loop (feedback and its "
         "draft-reflect-rewrite procedure together) is its gain minus the control's, over every chain.")
+    procedure: bool = Field(
+        False, description="Run a third arm (mode `response` only): the sessions its own chains select by the same "
+        "rule are re-run with the feedback arm's draft-reflect-rewrite turns but an empty feedback and no methods "
+        "(`<card>|<counselor>|<variant>|proc<k>`, mode `procedure`). The report then tells the feedback's content "
+        "(feedback arm over this one) from the procedure (this arm over the control).")
     mode: Literal["response", "prompt"] = Field(
         "response", description="`response` (the paper): the session restarts and every counselor turn is drafted, "
         "reflected on with the feedback and the methods, and rewritten; the client answers the rewrite. `prompt` "
         "(cheaper: one call per session, none per turn): the counselor reflects once and rewrites its system "
         "prompt, and the session is re-run with it.")
+
+    @model_validator(mode="after")
+    def _procedure_needs_turns(self) -> "OptimizeSettings":
+        if self.procedure and self.mode != "response":
+            raise ValueError("optimize.procedure=true re-runs the draft-reflect-rewrite turns with an empty feedback: "
+                             f"it needs optimize.mode=response (got {self.mode!r})")
+        return self
 
 
 class OptimizeConfig(SessionsConfig, EvaluateConfig):
@@ -241,11 +255,13 @@ def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids:
     scores = read_table(run_dir, SCORES)
     sessions = read_table(run_dir, SESSIONS)
     results = session_results(scores, rubrics)
-    states = {arm: chain_states(sessions, results, k, cfg.models, cfg.variants, card_ids, arm=arm)
-              for arm in (ARM_FEEDBACK, *((ARM_CONTROL,) if settings.control else ()))}
+    arms = (ARM_FEEDBACK, *((ARM_CONTROL,) if settings.control else ()),
+            *((ARM_PROCEDURE,) if settings.procedure else ()))
+    states = {arm: chain_states(sessions, results, k, cfg.models, cfg.variants, card_ids, arm=arm) for arm in arms}
     before = states[ARM_FEEDBACK]
     parents = _selected(states[ARM_FEEDBACK], settings)
-    controls = _selected(states[ARM_CONTROL], settings) if settings.control else parents.iloc[0:0]
+    others = {arm: _selected(states[arm], settings) for arm in arms if arm != ARM_FEEDBACK}
+    controls = pd.concat(list(others.values()), ignore_index=True) if others else parents.iloc[0:0]
     store = TableStore(run_dir, ITERATIONS, writer=True)
     written = store.read()
     pending = written[written["iteration"].eq(k) & written["status"].eq(STATUS_OK)] if not written.empty else written
@@ -298,14 +314,17 @@ def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids:
         mode=settings.mode, feedback=r["feedback"] if response else None,
         methods=(kb.guide_text([kb.method(m) for m in r["methods"]]) or NO_METHODS) if response else None)
         for r in ok.to_dict("records")]
-    plans += control_plans(controls, k, prompts)
+    for arm, chosen in others.items():
+        plans += arm_plans(chosen, k, prompts, arm)
     status_of = dict(zip(sessions["session_id"], sessions["status"])) if not sessions.empty else {}
     to_run = [p for p in plans if p.session_id not in status_of
               or (cfg.retry_failed and status_of[p.session_id] != STATUS_OK)]
     n_control = sum(p.mode == MODE_CONTROL for p in to_run)
-    print(f"sessions it{k}: {len(to_run) - n_control} session(s) to run "
+    n_procedure = sum(p.mode == MODE_PROCEDURE for p in to_run)
+    print(f"sessions it{k}: {len(to_run) - n_control - n_procedure} session(s) to run "
           f"{'rewriting every counselor response' if response else 'with a rewritten prompt'}"
-          f"{f' and {n_control} control re-run(s) with no feedback' if settings.control else ''}, "
+          f"{f' and {n_control} control re-run(s) with no feedback' if settings.control else ''}"
+          f"{f' and {n_procedure} procedure re-run(s) with an empty feedback' if settings.procedure else ''}, "
           f"{len(plans) - len(to_run)} already written", flush=True)
     if to_run:
         res = sessions_step.run_sessions(to_run, cards, cfg, desc=f"sessions it{k}")
@@ -331,7 +350,8 @@ def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids:
         x, y = pass_counts(prior)
         x2 = after_passes(prior, after, k)
         rerun = int((after["usable"] & after["iteration"].eq(k)).sum()) if not after.empty else 0
-        what = "" if arm == ARM_FEEDBACK else " (control arm: no feedback)"
+        what = {ARM_FEEDBACK: "", ARM_CONTROL: " (control arm: no feedback)",
+                ARM_PROCEDURE: " (procedure arm: empty feedback)"}[arm]
         print(f"optimize: iteration {k}{what}: {rerun} sessions re-run, pass rate before {x}/{y} after {x2}/{y}",
               flush=True)
     return _worst(codes)
@@ -348,11 +368,15 @@ def _selected(states: pd.DataFrame, settings: OptimizeSettings) -> pd.DataFrame:
     return parents.reset_index(drop=True)
 
 
-def control_plans(parents: pd.DataFrame, k: int, prompts: dict[str, str]) -> list[sessions_step.SessionPlan]:
-    """The control arm's re-runs of iteration k: each selected chain again with its variant's own
-    system prompt (the iteration-0 session's), plain turns and no feedback."""
+def arm_plans(parents: pd.DataFrame, k: int, prompts: dict[str, str],
+              arm: str = ARM_CONTROL) -> list[sessions_step.SessionPlan]:
+    """The control or procedure arm's re-runs of iteration k: each selected chain again with its
+    variant's own system prompt (the iteration-0 session's) and no feedback: plain turns (control),
+    or the draft-reflect-rewrite turns with an empty feedback and no methods (procedure)."""
+    mode = MODE_PROCEDURE if arm == ARM_PROCEDURE else MODE_CONTROL
+    empty = {"feedback": "", "methods": ""} if arm == ARM_PROCEDURE else {}
     return [sessions_step.SessionPlan(
-        session_id=session_id(str(r["card_id"]), r["counselor"], r["variant"], k, arm=ARM_CONTROL),
+        session_id=session_id(str(r["card_id"]), r["counselor"], r["variant"], k, arm=arm),
         card_id=str(r["card_id"]), counselor=r["counselor"], variant=r["variant"], iteration=k,
-        parent_session_id=r["session_id"], counselor_prompt=prompts[r["variant"]], mode=MODE_CONTROL)
+        parent_session_id=r["session_id"], counselor_prompt=prompts[r["variant"]], mode=mode, **empty)
         for r in parents.to_dict("records")]

@@ -30,12 +30,15 @@ SCALES = (ROLE_CLIENT, ROLE_SUPERVISOR, ROLE_COUNSELOR)
 SUBJECT_SESSION = "session"
 
 
-# The optimization loop's two arms (`optimize.control`): a chain's feedback re-runs (`it<k>`) and
-# its control re-runs (`ctl<k>`: the same card, counselor and prompt again, with no feedback).
-# A control session's `mode` is MODE_CONTROL; iteration 0 is the first session of both arms.
-ARM_FEEDBACK, ARM_CONTROL = "feedback", "control"
-MODE_CONTROL = "control"
-ARM_TAG = {ARM_FEEDBACK: "it", ARM_CONTROL: "ctl"}
+# The optimization loop's arms: a chain's feedback re-runs (`it<k>`), its control re-runs
+# (`optimize.control`, `ctl<k>`: the same card, counselor and prompt again, plain turns, no
+# feedback) and its procedure re-runs (`optimize.procedure`, `proc<k>`: the feedback arm's
+# draft-reflect-rewrite turns with an empty feedback, to tell the feedback's content from the
+# procedure). A control session's `mode` is MODE_CONTROL, a procedure session's MODE_PROCEDURE;
+# iteration 0 is the first session of every arm.
+ARM_FEEDBACK, ARM_CONTROL, ARM_PROCEDURE = "feedback", "control", "procedure"
+MODE_CONTROL, MODE_PROCEDURE = "control", "procedure"
+ARM_TAG = {ARM_FEEDBACK: "it", ARM_CONTROL: "ctl", ARM_PROCEDURE: "proc"}
 
 
 def session_id(card_id: str, counselor: str, variant: str, iteration: int, arm: str = ARM_FEEDBACK) -> str:
@@ -43,8 +46,8 @@ def session_id(card_id: str, counselor: str, variant: str, iteration: int, arm: 
     SESSIONS key, the dialogue id and the scores' subject_id of one session."""
     if arm not in ARM_TAG:
         raise ValueError(f"arm {arm!r}: one of {sorted(ARM_TAG)}")
-    if arm == ARM_CONTROL and int(iteration) < 1:
-        raise ValueError("a control session re-runs iteration k >= 1; iteration 0 is both arms' first session")
+    if arm != ARM_FEEDBACK and int(iteration) < 1:
+        raise ValueError(f"a {arm} session re-runs iteration k >= 1; iteration 0 is every arm's first session")
     return f"{card_id}|{counselor}|{variant}|{ARM_TAG[arm]}{int(iteration)}"
 
 
@@ -94,7 +97,8 @@ SESSIONS = Table(
             pa.field("iteration", pa.int32()),         # 0: before optimization; k: after k rounds of it
             pa.field("parent_session_id", pa.string()),  # the session iteration k improves (k >= 1)
             pa.field("mode", pa.string()),             # optimized how: null (it0) | prompt | response |
-                                                       # control (re-run with no feedback: the control arm)
+                                                       # control (re-run with no feedback: the control arm) |
+                                                       # procedure (draft-reflect-rewrite, empty feedback)
             pa.field("prompt_version", pa.string()),
             pa.field("counselor_prompt", pa.string()),  # the counselor's system prompt as sent
             pa.field("rounds_planned", pa.int32()),

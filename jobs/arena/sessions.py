@@ -45,7 +45,7 @@ from jobs.core.base import StrictModel
 
 from jobs.arena.common import ArenaRunConfig, language_note, seeded
 from jobs.arena.phases import load_phases, round_phases
-from jobs.arena.schemas import CARDS, ROLE_CLIENT, ROLE_COUNSELOR, SESSIONS, session_id
+from jobs.arena.schemas import CARDS, MODE_PROCEDURE, ROLE_CLIENT, ROLE_COUNSELOR, SESSIONS, session_id
 from jobs.arena.selection import planned_card_count, selected_ids
 from jobs.arena.taxonomy import load_taxonomy
 from jobs.dialogue import (
@@ -113,8 +113,9 @@ class SessionPlan(StrictModel):
     parent_session_id: str | None = Field(None, description="The session iteration k improves (k >= 1).")
     counselor_prompt: str = Field(description="The counselor's system prompt as sent (a variant's file, or rewritten).")
     mode: str | None = Field(None, description="How the session was optimized: None (iteration 0), `prompt` (a "
-                             "rewritten system prompt) or `response` (every counselor turn drafted, reflected on "
-                             "with `feedback` and `methods`, and rewritten).")
+                             "rewritten system prompt), `response` (every counselor turn drafted, reflected on "
+                             "with `feedback` and `methods`, and rewritten), `control` (plain turns, no feedback) "
+                             "or `procedure` (as `response` with an empty feedback and no methods).")
     feedback: str | None = Field(None, description="mode response: the feedback on the parent session.")
     methods: str | None = Field(None, description="mode response: the knowledge-base guides for it.")
 
@@ -191,7 +192,7 @@ def build_specs(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsConf
     note = language_note(cfg.language)  # the data's language (PsyQA: zh); "" for English
     client_template = _read_text(cfg.client_prompt, "client_prompt") + note
     turn_refs = {p.variant: cfg.counselor_turns.get(p.variant, cfg.counselor_turn) for p in plans}
-    revise = any(p.mode == "response" for p in plans)
+    revise = any(p.mode in ("response", MODE_PROCEDURE) for p in plans)
     reflect_t = _read_text(cfg.turn_reflect, "turn_reflect") + note if revise else ""
     rewrite_t = _read_text(cfg.turn_rewrite, "turn_rewrite") + note if revise else ""
     turn_templates = {v: _read_text(ref, f"counselor_turn of variant {v!r}") + note for v, ref in turn_refs.items()}
@@ -207,7 +208,7 @@ def build_specs(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsConf
         if not _text(card.get("rendered")).strip():
             raise ConfigError(f"session {plan.session_id!r}: card {plan.card_id!r} has no `rendered` text")
         steps, extra = [], {}
-        if plan.mode == "response":  # the paper's loop: draft -> reflection -> rewrite, every counselor turn
+        if plan.mode in ("response", MODE_PROCEDURE):  # the paper's loop: draft -> reflection -> rewrite, each turn
             steps = [RevisionStep(name="reflection", template=reflect_t, system=plan.counselor_prompt),
                      RevisionStep(name="rewrite", template=rewrite_t, system=plan.counselor_prompt)]
             extra = {"feedback": plan.feedback or "", "methods": plan.methods or ""}

@@ -9,10 +9,12 @@ import pandas as pd
 import pytest
 
 from analysis.arena import control
-from analysis.arena.data import CONTROL_TAG, FEEDBACK_TAG, load_sessions, parse_session_id, session_frame
+from analysis.arena.data import (
+    CONTROL_TAG, FEEDBACK_TAG, PROCEDURE_TAG, load_sessions, parse_session_id, session_frame,
+)
 from analysis.arena.passing import session_results
 from analysis.scores import load_scores
-from jobs.arena.schemas import ARM_CONTROL, ARM_FEEDBACK, ARM_TAG
+from jobs.arena.schemas import ARM_CONTROL, ARM_FEEDBACK, ARM_PROCEDURE, ARM_TAG
 from tests.unit.analysis.arena.helpers import RUBRICS, build_control_run
 
 
@@ -23,9 +25,11 @@ def frame(tmp_path):
 
 
 def test_the_analysis_reads_the_arm_tags_the_jobs_write():
-    assert (FEEDBACK_TAG, CONTROL_TAG) == (ARM_TAG[ARM_FEEDBACK], ARM_TAG[ARM_CONTROL])
+    assert (FEEDBACK_TAG, CONTROL_TAG, PROCEDURE_TAG) == (ARM_TAG[ARM_FEEDBACK], ARM_TAG[ARM_CONTROL],
+                                                           ARM_TAG[ARM_PROCEDURE])
     assert parse_session_id("c|1|m|psycho|ctl2") == {"card_id": "c|1", "counselor": "m", "variant": "psycho",
-                                                      "iteration": 2, "control": True}
+                                                      "iteration": 2, "control": True, "procedure": False}
+    assert parse_session_id("c|m|psycho|proc1")["procedure"] is True
     assert parse_session_id("c|m|psycho|it0")["control"] is False
     assert parse_session_id("c|m|psycho|ctlx")["iteration"] is None
 
@@ -82,19 +86,20 @@ def test_two_groups_get_a_pooled_row(frame):
     assert list(eff["role"][:2]) == [control.CELL] * 2 and eff["p_holm"][:2].tolist() == [1.0, 1.0]
 
 
-def _chains_frame(cells: dict[tuple[str, str], list[tuple[str, bool, bool, bool]]]) -> pd.DataFrame:
-    """A session frame from chains (card, before, feedback after, control after): iteration 0, one
-    feedback re-run and one control re-run each."""
+def _chains_frame(cells: dict[tuple[str, str], list[tuple]]) -> pd.DataFrame:
+    """A session frame from chains (card, before, feedback after, control after[, procedure after]):
+    iteration 0, one feedback re-run, one control re-run and, when given, one procedure re-run each."""
     rows = []
     for (counselor, variant), chains in cells.items():
-        for card, before, fb, ctl in chains:
-            base = {"card_id": card, "counselor": counselor, "variant": variant}
-            rows += [{**base, "session_id": f"{card}|{counselor}|{variant}|it0", "iteration": 0, "control": False,
-                      "overall_pass": before},
-                     {**base, "session_id": f"{card}|{counselor}|{variant}|it1", "iteration": 1, "control": False,
-                      "overall_pass": fb},
-                     {**base, "session_id": f"{card}|{counselor}|{variant}|ctl1", "iteration": 1, "control": True,
-                      "overall_pass": ctl}]
+        for card, before, fb, ctl, *proc in chains:
+            base = {"card_id": card, "counselor": counselor, "variant": variant, "procedure": False}
+            sid = f"{card}|{counselor}|{variant}|"
+            rows += [{**base, "session_id": sid + "it0", "iteration": 0, "control": False, "overall_pass": before},
+                     {**base, "session_id": sid + "it1", "iteration": 1, "control": False, "overall_pass": fb},
+                     {**base, "session_id": sid + "ctl1", "iteration": 1, "control": True, "overall_pass": ctl}]
+            if proc:
+                rows.append({**base, "session_id": sid + "proc1", "iteration": 1, "control": False,
+                             "procedure": True, "overall_pass": proc[0]})
     return pd.DataFrame(rows)
 
 
@@ -173,3 +178,26 @@ def test_each_arm_counts_what_it_got_per_iteration(frame):
     broken.loc[broken["session_id"].eq("c2|m1|psycho|it2"), ["status", "complete"]] = ["error", False]
     row = control.arm_counts(broken).set_index(["iteration", "arm"]).loc[(2, "feedback")]
     assert (row["rerun"], row["ok"], row["errored"], row["evaluated"]) == (2, 1, 1, 1)
+
+
+def test_a_procedure_arm_tells_the_feedbacks_content_from_the_procedure():
+    # (card, before, feedback, control, procedure after one iteration)
+    frame = _chains_frame({("m1", "psycho"): [
+        ("k0", False, True, False, True), ("k1", False, True, False, False), ("k2", False, True, False, True),
+        ("k3", False, False, False, False), ("k4", False, True, True, True), ("k5", False, False, True, False),
+        ("k6", False, True, False, True), ("k7", True, True, True, True)]})
+    t = control.procedure_effects(frame).set_index("comparison")
+    # content, feedback - procedure: 6/8 vs 5/8, k1 passes with the feedback only: effect 1/8,
+    # p = 2 x P(X <= 0), X ~ Binomial(1, 1/2) = 1
+    content = t.loc["content: feedback - procedure"]
+    assert (content["pass_a"], content["pass_b"], content["effect"]) == pytest.approx((6 / 8, 5 / 8, 1 / 8))
+    assert (content["a_only"], content["b_only"], content["p"]) == (1, 0, pytest.approx(1.0))
+    # procedure, procedure - control: 5/8 vs 3/8; k0 k2 k6 with the procedure only, k5 in the control
+    # only: effect 2/8, p = 2 (1 + 4) / 16 = 0.625, one cell: primary, p_holm = p
+    proc = t.loc["procedure: procedure - control"]
+    assert (proc["pass_a"], proc["pass_b"], proc["effect"]) == pytest.approx((5 / 8, 3 / 8, 2 / 8))
+    assert (proc["a_only"], proc["b_only"], proc["p"], proc["p_holm"]) == (3, 1, 0.625, 0.625)
+    assert set(t["role"]) == {control.PRIMARY} and proc["effect_lo"] < 0 < proc["effect_hi"]
+    # the loop's effect over the control is the same as without the third arm: 6/8 - 3/8
+    assert control.control_effect(frame).iloc[0]["effect"] == pytest.approx(3 / 8)
+    assert control.procedure_effects(frame[~frame["procedure"]]).empty

@@ -183,3 +183,38 @@ def test_an_evaluator_that_rewards_the_feedback_shows_a_significant_effect(tmp_p
     assert row["effect"] == pytest.approx(effect) and row["p"] == pytest.approx(p)
     assert row["pass_feedback"] == 1.0  # every re-run with the feedback passes
     assert row["p"] < 0.05 and row["effect_lo"] > 0
+
+
+def test_a_procedure_arm_rewrites_every_turn_with_an_empty_feedback(tmp_path, fake):
+    """The third arm (`optimize.procedure`): the same rule picks its own chains' sessions, re-run
+    with the draft-reflect-rewrite turns and no feedback text; the analysis compares the arms."""
+    coin = coins()
+    rng = random.Random(SEED + 1)  # the procedure arm's own coins, drawn after the others'
+    coin.update({(f"{chain(c)}|proc{k}", name): rng.random() < 0.5 for c in CARDS for k in range(1, ITERATIONS + 1)
+                 for name, *_ in SCALES.values()})
+    fake.set_script(script(coin, helpful=False))
+    run_dir = tmp_path / "run"
+    first_sessions(run_dir, coin)
+    cfg = config(run_dir, iterations=ITERATIONS,
+                 optimize={"mode": "response", "select": "failed", "control": True, "procedure": True})
+    assert optimize.run(cfg) == 0
+    sessions = read_table(run_dir, SESSIONS).set_index("session_id")
+    procs = sessions[sessions["mode"].eq("procedure")]
+    expect = {f"{chain(card)}|proc{k}" for card in CARDS for k in range(1, ITERATIONS + 1)
+              if not any(passes(coin, f"{chain(card)}|{t}") for t in ["it0", *(f"proc{j}" for j in range(1, k))])}
+    assert set(procs.index) == expect and expect
+    log = fake.log_lines()
+    reflect = [r for r in log if re.search(r"\|proc\d+#\d+/reflection", r["request_key"] or "")]
+    assert reflect and not [r for r in reflect if WRITTEN in (r["content"] or "")]  # no feedback text
+    assert [r for r in log if re.search(r"\|it\d+#\d+/reflection", r["request_key"] or "") and WRITTEN in r["content"]]
+    frame = load_frame(run_dir, load_scores(run_dir), rubrics())
+    fb, proc = replay(coin, "it", helped=False), replay(coin, "proc", helped=False)
+    b = sum(fb[c] and not proc[c] for c in CARDS)
+    c = sum(proc[k] and not fb[k] for k in CARDS)
+    row = control.procedure_effects(frame).set_index("comparison").loc["content: feedback - procedure"]
+    assert (row["a_only"], row["b_only"], row["p"]) == (b, c, pytest.approx(mcnemar_by_hand(b, c)))
+
+
+def test_the_procedure_arm_needs_the_rewrite_turns():
+    with pytest.raises(ValueError, match="optimize.procedure=true .* needs optimize.mode=response"):
+        optimize.OptimizeSettings(mode="prompt", procedure=True)
