@@ -34,6 +34,9 @@ from jobs.core.rubric import Rubric
 SAMPLE_FILE = "panel_sample.json"  # written by jobs/sqpsych/panel.py (PANEL_SAMPLE_FILE)
 SOURCE, DATASET = "source", "dataset"
 CACTUS = "CACTUS_sampled"          # the paper's comparison corpus in Table 9
+# The run's own CACTUS subsets, one therapist "model" each (jobs/sqpsych/cactus.py: CACTUS_PREFIX).
+CACTUS_PREFIX = CACTUS + "_"
+PUBLISHED = "as published (other judges)"  # the paper's rows: its four judges, not this run's
 SD = "_sd"
 
 
@@ -94,11 +97,27 @@ def published_table9() -> tuple[pd.DataFrame | None, str]:
         return None, str(exc)
 
 
-def comparison(run9: pd.DataFrame, published9: pd.DataFrame | None) -> pd.DataFrame:
-    """One row per therapist model of this run (its judges' Average, or its one judge) and, when
+def cactus_run(wide: pd.DataFrame, rubric: Rubric) -> dict | None:
+    """The run's own CACTUS_sampled row (its judges on the CACTUS subsets the panel drew): per
+    subset the judges' Average (or the one judge) of each aggregate over its dialogues, then the
+    mean over the subsets, as the paper averages its three. None when the run judged no CACTUS."""
+    part = wide[wide[MODEL].astype(str).str.startswith(CACTUS_PREFIX)]
+    if part.empty:
+        return None
+    raters = _llm_raters(part)
+    rater = AVERAGE_LABEL if AVERAGE_LABEL in raters else raters[0]
+    per_subset = by_rater(part, rubric, [rater]).xs(rater, level=RATER)
+    return {"rater": rater, "subsets": len(per_subset), N: int(per_subset[N].sum()),
+            "judges": len([r for r in raters if r != AVERAGE_LABEL]),
+            **{a: per_subset[a].mean() for a in rubric.aggregates}}
+
+
+def comparison(run9: pd.DataFrame, published9: pd.DataFrame | None, cactus: dict | None = None) -> pd.DataFrame:
+    """One row per therapist model of this run (its judges' Average, or its one judge), the
+    run's own CACTUS_sampled row when its judges scored CACTUS subsets (`cactus_run`), and, when
     the paper's Table 9 is given, one per published dataset with CACTUS_sampled first: the mean
-    over the paper's judges of their published therapist / client / overall means. Indexed
-    (source, dataset); `judges` says how many judges each row averages."""
+    over the paper's judges of their published therapist / client / overall means, labelled as
+    other judges'. Indexed (source, dataset); `judges` says how many judges each row averages."""
     aggs = ["therapist", "client", "overall"]
     cols = [N, "judges", *aggs]
     rows = []
@@ -107,14 +126,20 @@ def comparison(run9: pd.DataFrame, published9: pd.DataFrame | None) -> pd.DataFr
         rater = AVERAGE_LABEL if AVERAGE_LABEL in raters else raters[0]
         n_judges = len([r for r in raters if r != AVERAGE_LABEL])
         for model, r in run9.xs(rater, level=RATER).iterrows():
+            if str(model).startswith(CACTUS_PREFIX):
+                continue  # the subsets are the CACTUS row below, not therapist models
             rows.append({SOURCE: f"this run ({rater})", DATASET: model, N: r[N], "judges": n_judges,
                          **{a: r.get(a, np.nan) for a in aggs}})
+    if cactus is not None:
+        rows.append({SOURCE: f"this run's judges ({cactus['rater']})",
+                     DATASET: f"{CACTUS} ({cactus['subsets']} subsets)", N: cactus[N], "judges": cactus["judges"],
+                     **{a: cactus.get(a, np.nan) for a in aggs}})
     if published9 is not None and len(published9):
         g = published9.groupby(level=DATASET, sort=False)
         means = g[[f"{a}_mean" for a in aggs]].mean()
         order = [CACTUS, *[d for d in means.index if d != CACTUS]] if CACTUS in means.index else list(means.index)
         for ds in order:
-            rows.append({SOURCE: "as published (mean of the paper's judges)", DATASET: ds, N: np.nan,
+            rows.append({SOURCE: PUBLISHED, DATASET: ds, N: np.nan,
                          "judges": int(g.size()[ds]), **{a: means.loc[ds, f"{a}_mean"] for a in aggs}})
     if not rows:
         return pd.DataFrame(columns=cols, index=pd.MultiIndex.from_arrays([[], []], names=[SOURCE, DATASET]))
@@ -161,13 +186,19 @@ def paper_panels(w: ReportWriter, wide: pd.DataFrame | None, rubric: Rubric | No
     published9, why = published_table9()
     if published9 is None:
         w.missing(sec, f"No comparison with the paper's Table 9 (CACTUS_sampled and its sets): {why}.")
-    w.table(sec, comparison(run9, published9), "table9_comparison",
-            "Table 9 beside CACTUS (as published): this run's judge average per therapist model and the paper's "
-            "CACTUS_sampled and SQPsychConv test sets",
-            "Therapist /18, client /8, overall /10. The paper's rows: the mean over its four judges (Gemini, "
-            "DeepSeek, GPT-4o, GPT-4o-mini) of the means it prints (computed here), CACTUS_sampled being three "
-            "CACTUS subsets matched in size; this run's judges are its own, so the rows are compared by eye.",
-            digits=3)
+    cactus = cactus_run(wide, rubric)
+    own = ("CACTUS_sampled scored by this run's judges: the panel's CACTUS subsets (panel_cactus), per subset "
+           "the judges' average, then the mean over the subsets. " if cactus else
+           "No CACTUS row of this run's own (set panel_cactus.path to a local cactus.json): the paper's is "
+           "its judges'. ")
+    w.table(sec, comparison(run9, published9, cactus), "table9_comparison",
+            "Table 9 beside CACTUS: this run's judge average per therapist model"
+            + (" and on CACTUS_sampled" if cactus else "") + ", and the paper's CACTUS_sampled and SQPsychConv "
+            "test sets as published",
+            "Therapist /18, client /8, overall /10. " + own + "The paper's rows (as published, other judges): the "
+            "mean over its four judges (Gemini, DeepSeek, GPT-4o, GPT-4o-mini) of the means it prints (computed "
+            "here), CACTUS_sampled being three CACTUS subsets matched in size; this run's judges are its own, so "
+            "the run's rows and the paper's are compared by eye.", digits=3)
     ids, where = sample_ids(wide, sample)
     if not ids:
         w.missing(sec, f"No Table 5: the run has neither {SAMPLE_FILE} (the panel step records its sample) nor "

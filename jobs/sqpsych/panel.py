@@ -42,6 +42,7 @@ from jobs.config import RunConfig
 from jobs.judge import judge_planned, open_judging
 from jobs.core.rubric import Rubric
 from jobs.core.schemas import DIALOGUES, STATUS_OK, SUBJECT_DIALOGUE
+from jobs.sqpsych.cactus import CactusConfig, cactus_dialogues, read_cactus
 from jobs.sqpsych.schemas import PROFILES
 from jobs.core.store import TableStore
 from jobs.core.modelconfig import GenerationOverrides
@@ -100,6 +101,9 @@ class PanelConfig(JudgingConfig):
         "split", description="What the judges score: `split`, every dialogue of panel_split (the paper's "
         "Table 9; the sample is part of it); `sample`, only panel_sample's dialogues (Table 5 alone, fewer calls).")
     panel_seed: int = Field(0, description="Seed of the sample (which clients); recorded with it.")
+    panel_cactus: CactusConfig = Field(
+        default_factory=CactusConfig, description="Table 9's CACTUS_sampled row scored by this run's judges: a "
+        "local CACTUS file, drawn into subsets matched to the split (jobs/sqpsych/cactus.py); no path: none.")
     allow_self_judging: bool = Field(
         False, description="Let a judge score dialogues it played a part in (therapist or client) or whose "
         "players are of its model family (`family:` in the model files). Off by default: such pairs are left "
@@ -308,6 +312,21 @@ def _kept_off(chosen: pd.DataFrame, judges: list[str], families: dict[str, str |
     return out
 
 
+def _cactus_plan(cfg: PanelConfig, in_split: pd.DataFrame, profiles: pd.DataFrame, rubric: Rubric,
+                 desc: str) -> pd.DataFrame:
+    """The (CACTUS dialogue, judge) rows of Table 9's comparison subsets, every judge on each."""
+    c = cfg.panel_cactus
+    usable, problems = read_cactus(str(c.path))
+    size = c.size or int(in_split["context_id"].nunique())
+    drawn = cactus_dialogues(usable, size, c.subsets, c.seed)
+    rows, missing = plan_panel(drawn, profiles, cfg.judges, rubric)
+    print(f"{desc}: CACTUS_sampled: {c.subsets} subset(s) of {size} dialogue(s) from {c.path} (seed {c.seed}; "
+          f"{len(usable)} usable record(s)" + (f", {len(problems)} left out, e.g. {problems[0]}" if problems else "")
+          + f"): {len(rows)} call(s)" + (f"; rubric {rubric.name!r} shows a profile, which CACTUS has not: none "
+                                         "judged" if missing else ""), flush=True)
+    return rows
+
+
 def run(cfg: PanelConfig, step: str | None = None) -> int:
     """The panel (or, with `step`, another step on its machinery, e.g. fidelity: named so in
     what it prints; only the panel itself records the Table 5 sample)."""
@@ -329,6 +348,11 @@ def run(cfg: PanelConfig, step: str | None = None) -> int:
                 estimate = "" if planned_in_split(cfg, run_dir)[1] else "; about: Table 3's share of the split"
                 what = f"dialogues ({cfg.panel_split or 'every'} split, scope {cfg.panel_scope}{estimate})"
                 print_plan(desc, n, what, judges, cfg.judge_generation, planned_calls(cfg, n, families))
+                if step is None and cfg.panel_cactus.path:
+                    c = cfg.panel_cactus
+                    size = c.size or "the split's clients"
+                    print(f"{desc} (planned): and CACTUS_sampled, {c.subsets} subset(s) x {size} x {len(judges)} "
+                          f"judge(s), from {c.path}", flush=True)
             return 0
         return no_finished_dialogues(cfg, run_dir, desc)
     profiles = read_profiles(run_dir)
@@ -362,6 +386,8 @@ def run(cfg: PanelConfig, step: str | None = None) -> int:
                  else "left out (allow_self_judging=true to judge them)"), flush=True)
     planned, missing = plan_panel(chosen, profiles, cfg.judges, rubric, allow_self=cfg.allow_self_judging,
                                   families=families)
+    if step is None and cfg.panel_cactus.path:
+        planned = pd.concat([planned, _cactus_plan(cfg, in_split, profiles, rubric, desc)], ignore_index=True)
     if missing:
         print(f"warning: {missing} dialogue(s) were not judged: rubric {rubric.name!r} shows the profile and "
               f"{run_dir / PROFILES_DIR} has none for them", file=sys.stderr)

@@ -13,7 +13,8 @@ import pytest
 
 from analysis.columns import AVERAGE_LABEL, HUMAN_LABEL
 from analysis.sqpsych.panel import panel_frame
-from analysis.sqpsych.panel_tables import CACTUS, comparison, read_sample, sample_ids, table5, table9
+from analysis.sqpsych.panel_tables import (CACTUS, cactus_run, comparison, read_sample, sample_ids, table5,
+                                          table9)
 from tests.unit.analysis.sqpsych.helpers import HUMAN, mini_panel, panel_rows, scores_frame
 
 # (judge, dialogue, model) -> (t1, t2); c1 is 1 everywhere. j2 did not score p3|A (say, its family).
@@ -68,7 +69,7 @@ def test_the_cactus_style_comparison_averages_the_published_judges(wide, rubric)
          ("D", "SQPsychConv_test_x", 15, 6, 8), ("D", CACTUS, 14, 7, 9)],
         columns=["judge", "dataset", "therapist_mean", "client_mean", "overall_mean"]).set_index(["judge", "dataset"])
     c = comparison(run9, published)
-    pub = c.xs("as published (mean of the paper's judges)", level="source")
+    pub = c.xs("as published (other judges)", level="source")
     assert list(pub.index) == [CACTUS, "SQPsychConv_test_x"]  # CACTUS first
     assert tuple(pub.loc[CACTUS, ["therapist", "client", "overall"]]) == (15, 7.5, 9.5)
     assert tuple(pub.loc["SQPsychConv_test_x", ["therapist", "client", "overall"]]) == (16, 6.5, 8.5)
@@ -78,6 +79,28 @@ def test_the_cactus_style_comparison_averages_the_published_judges(wide, rubric)
     assert ours.loc["A", "judges"] == 2 and math.isnan(ours.loc["A", "overall"])  # the mini rubric has no overall
     # Without the published figures the run's rows stand alone.
     assert list(comparison(run9, None).index.get_level_values("source").unique()) == [f"this run ({AVERAGE_LABEL})"]
+
+
+def test_the_runs_own_cactus_row_is_the_mean_of_its_subsets(rubric):
+    """Issue 40 point 5. j1 and j2 on two CACTUS subsets (therapist = t1 + t2):
+    subset 1: x1 j1 4, j2 2 -> average 3; x2 j1 2 -> 2; mean (3 + 2) / 2 = 2.5;
+    subset 2: x3 j1 0, j2 2 -> average 1; mean 1. The row: (2.5 + 1) / 2 = 1.75 over 3 dialogues;
+    client 1 everywhere. The subsets are not therapist models: no row of their own."""
+    given = {("j1", "x1", 1): (2, 2), ("j2", "x1", 1): (1, 1), ("j1", "x2", 1): (1, 1), ("j1", "x3", 2): (0, 0),
+             ("j2", "x3", 2): (1, 1), ("j1", "p1", "A"): (2, 2)}
+    rows = []
+    for (j, p, k), (t1, t2) in given.items():
+        model = f"{CACTUS}_{k}" if isinstance(k, int) else k
+        rows += panel_rows(rubric, f"{p}|{model}", model, j, {"t1": t1, "t2": t2, "c1": 1})
+    wide = panel_frame(scores_frame(rows), rubric)
+    row = cactus_run(wide, rubric)
+    assert (row["rater"], row["subsets"], row["n"], row["judges"]) == (AVERAGE_LABEL, 2, 3, 2)
+    assert row["therapist"] == pytest.approx(1.75) and row["client"] == 1
+    c = comparison(table9(wide, rubric), None, row)
+    assert list(c.index) == [(f"this run ({AVERAGE_LABEL})", "A"),
+                             (f"this run's judges ({AVERAGE_LABEL})", f"{CACTUS} (2 subsets)")]
+    assert c.iloc[1]["therapist"] == pytest.approx(1.75)
+    assert cactus_run(wide[~wide["model"].str.startswith(CACTUS)], rubric) is None
 
 
 def test_table5_is_the_recorded_sample_beside_the_experts(wide, rubric, tmp_path):
