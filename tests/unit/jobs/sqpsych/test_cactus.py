@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from jobs.core.configfiles import ConfigError
@@ -91,3 +92,11 @@ def test_the_panel_judges_the_subsets_with_the_same_prompt(cactus_file, tmp_path
     assert ours["content"].split("# Synthetic therapy session to evaluate")[0] == \
         theirs["content"].split("# Synthetic therapy session to evaluate")[0]
     assert "Therapist: Hi, what brings you here?\nClient: I keep failing." in theirs["content"]
+    # The report sets the run's CACTUS row beside the paper's (its judge: one here, so no Average).
+    from analysis.sqpsych.report import build_report
+
+    build_report(tmp_path)
+    table = pd.read_csv(tmp_path / "report" / "tables" / "table9_comparison.csv")
+    row = table[table["dataset"] == "CACTUS_sampled (3 subsets)"]
+    assert len(row) == 1 and row["source"].iloc[0] == "this run's judges (judge2)" and row["n"].iloc[0] == 6
+    assert (table.loc[table["dataset"] == "CACTUS_sampled", "source"] == "as published (other judges)").all()
