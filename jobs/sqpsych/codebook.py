@@ -103,6 +103,8 @@ class ScaleCodebook(StrictModel):
     def _matches_scale(self) -> "ScaleCodebook":
         if self.scale not in SCALES:
             raise ValueError(f"scale {self.scale!r} is not one of {sorted(SCALES)}")
+        if "{total}" not in self.severity_line or "{band}" not in self.severity_line:
+            raise ValueError(f"severity_line must hold {{total}} and {{band}}: {self.severity_line!r}")
         scale = SCALES[self.scale]
         for code, extra in self.supplementary.items():
             if extra.after not in scale.codes or extra.field not in FLAT_FIELDS:

@@ -164,3 +164,13 @@ def test_bands_with_a_gap_are_refused(tmp_path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match="bands must cover 0..63"):
         load_codebook([tmp_path])
+
+
+def test_a_severity_line_without_its_placeholders_is_refused(tmp_path):
+    shutil.copytree(CODEBOOKS, tmp_path / "sqpsych" / "codebooks")
+    path = tmp_path / "sqpsych" / "codebooks" / "hama.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["severity_line"] = "Anxiety: Total Score: {total}"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="hama.yaml.*severity_line must hold"):
+        load_codebook([tmp_path])
