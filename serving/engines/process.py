@@ -2,9 +2,11 @@
 
 The CPU engine runs llama.cpp's `llama-server` beside the Serve replica: the replica starts it,
 waits until its `/health` answers 200, checks that it is still running when Serve asks, and
-stops it when the replica goes. On Linux the child also gets SIGTERM when its parent dies (a
-replica killed with SIGKILL leaves no server behind). Its stdout and stderr go to one log file,
-whose tail is quoted in every error, so a server that fails says why.
+stops it when the replica goes: SIGTERM, then SIGKILL after a grace (also for a server still
+running when the owner's interpreter exits). It cannot outlive its owner process: it starts with
+no Python between fork and exec and with a parent-death SIGKILL (`serving.engines.spawn` says
+why), so a replica killed with SIGKILL leaves no server behind. Its stdout and stderr go to one
+log file, whose tail is quoted in every error, so a server that fails says why.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ import socket
 import subprocess
 import threading
 import time
-import weakref
 import urllib.error
 import urllib.request
+import weakref
 from pathlib import Path
 from typing import Any
 

@@ -6,7 +6,9 @@ In a Ray worker, fork also runs the pthread_atfork handlers of gRPC in the child
 started that way from a Serve replica began its log with gRPC's "epoll_wait error: Bad file
 descriptor" and absl's "SIGABRT received", both written before exec, then died of SIGALRM (exit
 -14) about 3 s after it started: absl's failure-signal handler arms `alarm(3)`, and a pending
-alarm survives exec. With no preexec_fn the child is made by vfork and only execs.
+alarm survives exec. Reproduced in a Ray actor holding gRPC channels: of 290 `sleep 5` children
+started with a preexec_fn, 5 died of SIGALRM with those two lines in their log; of 290 started
+without one, none. With no preexec_fn the child is made by vfork and only execs.
 
 The parent-death signal is set by util-linux's `setpriv --pdeathsig KILL`, which then execs the
 command (the same pid; the signal survives exec for binaries that are not set-uid). The kernel
