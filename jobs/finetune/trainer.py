@@ -82,16 +82,20 @@ def train_loop(config: dict[str, Any]) -> None:
     if recipe.sharding == "fsdp":
         fsdp = {"fsdp": "full_shard auto_wrap",
                 "fsdp_config": {"transformer_layer_cls_to_wrap": list(model._no_split_modules or [])}}
+    # transformers 5 folds warmup_ratio into warmup_steps (a float below 1 is a ratio); 4.x has both.
+    fields = transformers.TrainingArguments.__dataclass_fields__
+    warmup = ({"warmup_ratio": recipe.warmup_ratio} if "warmup_ratio" in fields
+              else {"warmup_steps": recipe.warmup_ratio})
     args = transformers.TrainingArguments(
         output_dir=tempfile.mkdtemp(prefix=f"finetune-rank{rank}-"),  # local; Ray persists what is reported
         num_train_epochs=recipe.epochs, learning_rate=recipe.learning_rate, lr_scheduler_type=recipe.lr_scheduler,
-        warmup_ratio=recipe.warmup_ratio, weight_decay=recipe.weight_decay,
+        weight_decay=recipe.weight_decay,
         per_device_train_batch_size=recipe.per_device_batch_size,
         gradient_accumulation_steps=grad_accumulation(recipe, world),
         gradient_checkpointing=recipe.gradient_checkpointing, bf16=on_gpu and dtype == torch.bfloat16,
         use_cpu=not on_gpu, seed=recipe.seed, data_seed=recipe.seed, save_strategy="steps",
         save_steps=recipe.save_steps, logging_steps=1, report_to="none", disable_tqdm=True,
-        remove_unused_columns=False, dataloader_num_workers=0, **fsdp)
+        remove_unused_columns=False, dataloader_num_workers=0, **warmup, **fsdp)
 
     def collate(features: list[dict[str, list[int]]]) -> dict[str, Any]:
         return {k: torch.tensor(v) for k, v in pad_batch(features, pad_id).items()}
