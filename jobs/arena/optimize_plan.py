@@ -36,8 +36,8 @@ def planned_chains(cfg: Any, run_dir: Path) -> int | None:
 
 def print_plan(cfg: Any, run_dir: Path, counselors: dict[str, Any], writer: str | None = None) -> int:
     """A dry run: at most every chain re-run in every iteration (with `select: failed`, only the
-    sessions that failed are), in each arm (`optimize.control` doubles the sessions): calls per
-    iteration, then tokens and GPUs per kind of call."""
+    sessions that failed are), in each arm (`optimize.control` and `optimize.procedure` each add as
+    many sessions): calls per iteration, then tokens and GPUs per kind of call."""
     n = planned_chains(cfg, run_dir)
     if n is None:
         print("optimize (planned): the run has no cards yet; nothing to plan", flush=True)
@@ -48,7 +48,9 @@ def print_plan(cfg: Any, run_dir: Path, counselors: dict[str, Any], writer: str 
     response = cfg.optimize.mode == "response"
     per_turn = 3 if response else 1  # response: draft, reflection, rewrite in every counselor turn
     control = bool(cfg.optimize.control)
-    arms = 2 if control else 1  # the control arm re-runs as many sessions, with plain turns
+    procedure = bool(getattr(cfg.optimize, "procedure", False))
+    # the control arm re-runs as many sessions with plain turns, the procedure arm with rewritten ones
+    arms = 1 + control + procedure
     for k in range(1, cfg.iterations + 1):
         calls = (f"{n} feedback call(s), " if writer else "") + ("" if response else f"{n} reflection call(s), ")
         print(f"optimize (planned): iteration {k} (mode {cfg.optimize.mode}): at most {n} session(s) re-run: "
@@ -58,13 +60,18 @@ def print_plan(cfg: Any, run_dir: Path, counselors: dict[str, Any], writer: str 
             print(f"optimize (planned): iteration {k}, control arm (no feedback): at most {n} session(s) re-run: "
                   f"{n * cfg.rounds} counselor turn(s) of 1 call and {n * cfg.rounds} client turn(s), "
                   f"{n * per_eval} evaluation(s)", flush=True)
+        if procedure:
+            print(f"optimize (planned): iteration {k}, procedure arm (empty feedback): at most {n} session(s) "
+                  f"re-run: {n * cfg.rounds} counselor turn(s) of {per_turn} call(s) and {n * cfg.rounds} client "
+                  f"turn(s), {n * per_eval} evaluation(s)", flush=True)
     it = cfg.iterations
-    counselor_calls = names * it * cfg.rounds * (per_turn + (1 if control else 0))
+    counselor_calls = names * it * cfg.rounds * (per_turn + (1 if control else 0) + (per_turn if procedure else 0))
     blocks = [
         *([("feedback", [load_model(writer)], [writer] * n * it, cfg.optimize.feedback_generation)] if writer else []),
         *([] if response else [("reflections", list(counselors.values()), names * it,
                                 cfg.optimize.reflect_generation)]),
-        ("counselor calls" + (" (both arms)" if control else ""), list(counselors.values()), counselor_calls,
+        ("counselor calls" + {1: "", 2: " (both arms)"}.get(arms, f" ({arms} arms)"), list(counselors.values()),
+         counselor_calls,
          cfg.generation),
         ("client turns", [load_model(cfg.client_model)], [cfg.client_model] * n * it * cfg.rounds * arms,
          cfg.client_generation),

@@ -59,6 +59,22 @@ def test_the_sessions_and_the_loop_price_a_turn_alike(tmp_path, conf, capsys):
     assert "iteration 1, control arm (no feedback): at most 4 session(s) re-run" in out
 
 
+def test_the_procedure_arm_is_priced_as_a_rewritten_session(tmp_path, conf, capsys):
+    run_dir = tmp_path / "run"
+    write_cards(run_dir, {"c1": "public", "c2": "public"})
+    cfg = config(run_dir, models=[THINKER, PLAIN], dry_run=True, iterations=1, reasoning_budget=1000,
+                 optimize={"mode": "response", "control": True, "procedure": True})
+    assert optimize.run(cfg) == 0
+    out = capsys.readouterr().out
+    # per counselor 2 chains x 2 rounds = 4 turns in each arm: 3 calls with feedback + 1 in the
+    # control + 3 in the procedure arm = 7 x 4 = 28 calls; the thinker 28 x 1000, the plain one 28 x 100
+    assert tokens(out, THINKER, 28) == [28_000] and tokens(out, PLAIN, 28) == [2_800]
+    # three arms of client turns: 4 chains x 2 rounds x 3 = 24 at 50
+    assert tokens(out, CLIENT, 24) == [1_200]
+    assert "iteration 1, procedure arm (empty feedback): at most 4 session(s) re-run" in out
+    assert "counselor calls (3 arms)" in out
+
+
 def test_generation_overrides_win_and_none_keeps_the_files_budget(tmp_path, conf, capsys):
     run_dir = tmp_path / "run"
     write_cards(run_dir, {"c1": "public"})
