@@ -40,29 +40,50 @@ def longest_shared_run(a: list[str], b: list[str]) -> int:
     shorter, walked by the longer; the module's docstring says why)."""
     if len(a) < len(b):
         a, b = b, a
-    if not b:
+    shared = set(b).intersection(a)
+    if not shared:
         return 0
-    nxt, link, length = _suffix_automaton(b)
+    nxt, link, length = _suffix_automaton(_shared_segments(b, shared))
     state = run = best = 0
     for w in a:
-        # Follow the longest suffix of the words read so far that is a run of `b` and can take `w`;
-        # each word moves down the suffix links at most as often as it moved up, hence linear.
-        while state and w not in nxt[state]:
+        if w not in shared:  # no run goes through it: start again from the empty run
+            state = run = 0
+            continue
+        # Follow the longest suffix of the words read so far that is a run of `b` and can take `w`
+        # (the empty run can: `w` occurs in `b`); each word moves down the suffix links at most as
+        # often as it moved up, hence linear.
+        step = nxt[state].get(w)
+        while step is None:
             state = link[state]
             run = length[state]
-        if w in nxt[state]:
-            state, run = nxt[state][w], run + 1
-            best = max(best, run)
-        else:
-            state = run = 0
+            step = nxt[state].get(w)
+        state, run = step, run + 1
+        if run > best:
+            best = run
     return best
 
 
-def _suffix_automaton(words_: list[str]) -> tuple[list[dict[str, int]], list[int], list[int]]:
+def _shared_segments(words_: list[str], shared: set[str]) -> list[str | int]:
+    """`words_` with every run of words outside `shared` replaced by a separator of its own (an
+    int, never equal to a word or to another separator). A shared run uses only shared words and
+    never crosses a separator, so the longest one is unchanged; the automaton is built over the
+    words both texts use, a fraction of a record (its item names, dates, scores) only."""
+    out: list[str | int] = []
+    gaps = 0
+    for w in words_:
+        if w in shared:
+            out.append(w)
+        elif not out or out[-1] != -gaps:
+            gaps += 1
+            out.append(-gaps)
+    return out
+
+
+def _suffix_automaton(words_: list[str | int]) -> tuple[list[dict[str | int, int]], list[int], list[int]]:
     """(transitions, suffix link, longest length) per state of the suffix automaton of `words_`:
     state 0 is the empty run; every run of consecutive words is one path from it (Blumer et al.'s
     online construction, at most 2 x len(words_) states)."""
-    nxt: list[dict[str, int]] = [{}]
+    nxt: list[dict[str | int, int]] = [{}]
     link, length = [-1], [0]
     last = 0
     for w in words_:
