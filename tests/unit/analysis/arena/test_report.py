@@ -157,3 +157,29 @@ def test_a_run_with_a_control_arm_leads_with_the_effect_over_it(tmp_path, scales
     h = headline(run)
     assert h["arena_effect"] == pytest.approx(2 / 6) and h["arena_effect_p"] == pytest.approx(10 / 16)
     assert h["arena_pass_last"] == pytest.approx(5 / 6)  # the feedback arm's, as Figure 4
+
+
+def test_a_run_with_a_procedure_arm_tells_the_content_from_the_procedure(tmp_path, scales):
+    """helpers.CONTROL_OUTCOMES plus a procedure arm re-running c1 c2 c4 c5 c6 once: c2 and c4 pass."""
+    from jobs.arena.schemas import SESSIONS, session_id
+    from tests.unit.analysis.arena.helpers import FAIL_TOTALS, PASS_TOTALS, session_row, totals_rows, write, write_scores
+
+    run = build_control_run(tmp_path / "run")
+    passed = {"c1": False, "c2": True, "c4": True, "c5": False, "c6": False}
+    write(run, SESSIONS, [{**session_row(c, "m1", "psycho", 1, arm="procedure"), "mode": "procedure"} for c in passed])
+    write_scores(run, [r for c, ok in passed.items()
+                       for r in totals_rows(session_id(c, "m1", "psycho", 1, arm="procedure"),
+                                            *(PASS_TOTALS if ok else FAIL_TOTALS))])
+    html = page(build_report(run, scales=scales))
+    t = pd.read_csv(run / "report" / "tables" / "optimization_effect_procedure.csv").set_index("comparison")
+    # after the loop: feedback c1 c2 c3 c5 c6 (5/6); procedure c2 c3 c4 (3/6, c3 passed at once); control
+    # c2 c3 c4 (3/6). content: 5/6 - 3/6, c1 c5 c6 vs c4: p = 2 (1 + 4) / 16; procedure: 0, no discordant chain
+    content = t.loc["content: feedback - procedure"]
+    assert content["effect"] == pytest.approx(2 / 6) and content["p"] == pytest.approx(10 / 16)
+    proc = t.loc["procedure: procedure - control"]
+    assert proc["effect"] == pytest.approx(0) and (proc["a_only"], proc["b_only"], proc["p"]) == (0, 0, 1.0)
+    assert "procedure arm (empty feedback): 5 re-run(s)" in html
+    # the headline (feedback over control) is unchanged by the third arm, and its sessions are not the feedback's
+    assert pd.read_csv(run / "report" / "tables" / "optimization_effect.csv").loc[0, "effect"] == pytest.approx(2 / 6)
+    counts = pd.read_csv(run / "report" / "tables" / "sessions_counts.csv").set_index(["iteration", "arm"])["n"]
+    assert counts[(1, "procedure")] == 5 and counts[(1, "feedback")] == 5
