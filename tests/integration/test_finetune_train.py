@@ -23,13 +23,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import ray
 
-import ray  # noqa: E402
-
-from jobs.finetune.config import FinetuneRecipe  # noqa: E402
-from jobs.finetune.trainer import fit  # noqa: E402
+from jobs.finetune.config import FinetuneRecipe
+from jobs.finetune.trainer import fit
 
 pytestmark = [pytest.mark.train, pytest.mark.integration]
 
@@ -86,6 +83,10 @@ def recipe(base: Path) -> FinetuneRecipe:
 
 
 def test_loss_falls_and_a_lost_worker_resumes_to_the_same_end(cluster, tmp_path: Path):
+    # Here, not at the module's top: without torch the default run deselects the file (marker)
+    # instead of reporting it skipped.
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
     base = tiny_base(tmp_path / "base")
     r = recipe(base)
     full = fit("full", records(), r, tmp_path / "ray")
