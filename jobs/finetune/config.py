@@ -30,7 +30,8 @@ class FinetuneRecipe(StrictModel):
     base_model: str = Field(description="The base checkpoint: a Hugging Face id or a local folder.")
     family: str = Field("unknown", description="The base model's family, written into each fine-tuned model file.")
     base_revision: str | None = Field(None, description="A hub commit that pins the base (null: not pinned).")
-    dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="Weights' dtype while training.")
+    dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="bfloat16: BF16 mixed precision on GPUs (fp32 master weights "
+                                                    "and AdamW moments, BF16 compute); float32: none.")
     splits: list[Literal["train", "dev"]] = Field(
         default_factory=lambda: ["train"], min_length=1,
         description="The client splits trained on. `test` is not allowed: the test split is never trained on.")

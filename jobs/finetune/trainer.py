@@ -74,9 +74,11 @@ def train_loop(config: dict[str, Any]) -> None:
         ids, labels = tokenize_chat(tokenizer, rec["messages"], recipe.max_seq_len, recipe.loss_on)
         if any(label != IGNORE for label in labels):  # truncated before any assistant token: nothing to learn
             examples.append({"input_ids": ids, "labels": labels})
-    dtype = torch.bfloat16 if recipe.dtype == "bfloat16" else torch.float32
+    # BF16 as mixed precision: fp32 master weights (and so fp32 AdamW moments), BF16 compute. Pure
+    # BF16 weights would lose AdamW updates below BF16's resolution at a 2e-5 learning rate, and
+    # the plan's memory rule (2 + 2 + 12 B/param) is this layout's.
     model = transformers.AutoModelForCausalLM.from_pretrained(recipe.base_model, revision=recipe.base_revision,
-                                                              dtype=dtype)
+                                                              dtype=torch.float32)
     on_gpu = torch.cuda.is_available()
     fsdp = {}
     if recipe.sharding == "fsdp":
@@ -92,7 +94,7 @@ def train_loop(config: dict[str, Any]) -> None:
         weight_decay=recipe.weight_decay,
         per_device_train_batch_size=recipe.per_device_batch_size,
         gradient_accumulation_steps=grad_accumulation(recipe, world),
-        gradient_checkpointing=recipe.gradient_checkpointing, bf16=on_gpu and dtype == torch.bfloat16,
+        gradient_checkpointing=recipe.gradient_checkpointing, bf16=on_gpu and recipe.dtype == "bfloat16",
         use_cpu=not on_gpu, seed=recipe.seed, data_seed=recipe.seed, save_strategy="steps",
         save_steps=recipe.save_steps, logging_steps=1, report_to="none", disable_tqdm=True,
         remove_unused_columns=False, dataloader_num_workers=0, **warmup, **fsdp)
