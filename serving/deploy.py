@@ -27,7 +27,7 @@ from jobs.core.modelconfig import ModelConfig
 from cluster.config import ClusterConfig
 from cluster.connect import connect
 from jobs.core.configfiles import ConfigError, load_model
-from jobs.core.errors import SetupError, print_error
+from jobs.core.errors import SetupError, first_line, print_error
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +194,11 @@ def ensure(models: list[ModelConfig], cfg: ServingConfig, verbose: bool = False)
                 log.info("model %s already hosted", model.name)
                 continue
             log.info("deploying %s on the CPU engine", model.name)
-            serve.run(build_cpu_app(model), name=app_name(model), route_prefix=f"/{app_name(model)}",
-                      blocking=False, logging_config=serve_logging(verbose) or None)
+            try:
+                serve.run(build_cpu_app(model), name=app_name(model), route_prefix=f"/{app_name(model)}",
+                          blocking=False, logging_config=serve_logging(verbose) or None)
+            except RuntimeError as exc:  # serve.run waits for the app: its replica failed to start
+                raise _deploy_failed(model.name, app_name(model), exc) from exc
         if gpu:
             _ensure_vllm(gpu, running, verbose)
         _wait_ready(hosted, cfg, clock=clock)
@@ -234,8 +237,25 @@ def _ensure_vllm(models: list[ModelConfig], running: dict[str, str], verbose: bo
         # readiness check that follows reports any model the running app does not serve.
         log.info("vLLM app already running; reusing it")
         return
-    serve.run(build_vllm_app(models), name=VLLM_APP, route_prefix=f"/{VLLM_APP}", blocking=False,
-              logging_config=serve_logging(verbose) or None)
+    try:
+        serve.run(build_vllm_app(models), name=VLLM_APP, route_prefix=f"/{VLLM_APP}", blocking=False,
+                  logging_config=serve_logging(verbose) or None)
+    except RuntimeError as exc:  # serve.run waits for the app: a replica failed to start
+        raise _deploy_failed(", ".join(m.name for m in models), VLLM_APP, exc) from exc
+
+
+def _deploy_failed(models: str, app: str, exc: Exception) -> DeployFailed:
+    """Serve's failure to start an app (`serve.run` raises RuntimeError, the cause left in the
+    app's status) as one message: the model(s), the app's state and cause, its replica's log."""
+    from ray import serve
+
+    try:
+        status = serve.status().applications.get(app)
+    except Exception:  # noqa: BLE001 - the controller is gone too: Serve's own line is the cause
+        status = None
+    state = str(getattr(status, "status", "") or "DEPLOY_FAILED")
+    cause = app_cause(status) or first_line(exc)
+    return DeployFailed(failure_message(models, app, state, cause, replica_log(app, ray_logs_dir())))
 
 
 def _main() -> None:

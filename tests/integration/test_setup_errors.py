@@ -5,12 +5,13 @@ is started: each run takes seconds."""
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
 
 from cluster.connect import running_clusters
-from tests.conftest import run_job
+from tests.conftest import ROOT, run_job
 
 NOWHERE = "127.0.0.1:1"  # nothing listens on port 1
 
@@ -87,3 +88,27 @@ def test_a_cluster_that_wants_a_token_is_said_at_once(tmp_path, monkeypatch):
         assert _one_error(proc).startswith(f"error: the Ray cluster at {cluster.address} refused this process's token")
     finally:
         cluster.stop()
+
+
+@pytest.mark.slow
+def test_a_model_whose_replica_cannot_start_names_the_model_the_cause_and_the_log(tmp_path, monkeypatch):
+    """Was Serve's RuntimeError ("Failed to update the deployments") under a traceback. Opt in
+    (`-m slow`): an embedded cluster and Serve try the replica three times (~50 s on 2 cores)."""
+    body = (ROOT / "conf" / "model" / "gemma3-270m.yaml").read_text()
+    body = "\n".join(line for line in body.splitlines() if not line.startswith(("source:", "tokenizer:")))
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "broken-model.yaml").write_text(f"{body}\nsource: {tmp_path / 'missing.gguf'}\n")
+    monkeypatch.setenv("EVALCLUSTER_SEARCHPATH", str(tmp_path))
+    proc = run_job("serving.deploy", "models=[broken-model]", "block=false", f"serving.port={_free_port()}",
+                   timeout=300, check=False)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    line = _one_error(proc)
+    assert line.startswith("error: deploying model 'broken-model' failed (Serve app 'broken-model': DEPLOY_FAILED; "
+                           f"FileNotFoundError: GGUF file not found: {tmp_path / 'missing.gguf'}")
+    assert "serve/replica_broken-model_" in line and "controller log" in line
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

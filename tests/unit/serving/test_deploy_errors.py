@@ -12,8 +12,7 @@ from serving.deploy_errors import app_cause, failure_message, replica_log, timeo
 def test_replica_log_is_the_newest_of_the_apps_replica_logs(tmp_path):
     serve = tmp_path / "serve"
     serve.mkdir()
-    for name, mtime in [("replica_m1_M_aaa.log", 100), ("replica_m1_M_bbb.log", 200), ("replica_m10_M_ccc.log", 300),
-                        ("controller_1.log", 400)]:
+    for name, mtime in [("replica_m1_M_aaa.log", 100), ("replica_m1_M_bbb.log", 200), ("replica_m10_M_ccc.log", 300)]:
         (serve / name).write_text("x")
         os.utime(serve / name, (mtime, mtime))
     # the newest of m1's (the last start's), not m10's, whose name only begins alike
@@ -22,6 +21,19 @@ def test_replica_log_is_the_newest_of_the_apps_replica_logs(tmp_path):
                                            f"({tmp_path} on this node, RUN_DIR/ray-logs)")
     assert replica_log("m2", None) == ("serve/replica_m2_*.log in the Ray logs of the node that ran it "
                                        "(ray logs cluster 'serve/replica_m2_*')")
+
+
+def test_a_replica_that_failed_in_its_constructor_points_at_the_controller_log(tmp_path):
+    """Seen with a model file naming a missing GGUF: Serve left the replica logs empty and wrote
+    the FileNotFoundError to its controller's log."""
+    serve = tmp_path / "serve"
+    serve.mkdir()
+    (serve / "replica_m_cpu-m_abc.log").write_text("")
+    (serve / "controller_1885.log").write_text("FileNotFoundError: GGUF file not found")
+    assert replica_log("m", tmp_path) == (f"{serve / 'replica_m_cpu-m_abc.log'}; a start-up error is in Serve's "
+                                          f"controller log, {serve / 'controller_1885.log'}")
+    (serve / "replica_m_cpu-m_abc.log").write_text("engine died")  # a replica that ran: its own log only
+    assert replica_log("m", tmp_path) == str(serve / "replica_m_cpu-m_abc.log")
 
 
 def test_app_cause_is_the_last_line_of_the_deployments_message():
@@ -34,7 +46,7 @@ def test_app_cause_is_the_last_line_of_the_deployments_message():
 
 
 def test_failure_and_timeout_messages_name_the_model_the_log_and_what_to_do():
-    msg = failure_message("gemma3-270m", "gemma3-270m", "DEPLOY_FAILED", "OSError: no such file",
+    msg = failure_message("gemma3-270m", "gemma3-270m", "ApplicationStatus.DEPLOY_FAILED", "OSError: no such file",
                           "/logs/serve/replica_gemma3-270m_X_1.log")
     assert msg.startswith("deploying model 'gemma3-270m' failed (Serve app 'gemma3-270m': DEPLOY_FAILED; "
                           "OSError: no such file); its replica's log: /logs/serve/replica_gemma3-270m_X_1.log. ")
