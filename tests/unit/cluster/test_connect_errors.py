@@ -112,3 +112,23 @@ def test_connect_raises_one_message_from_rays_error(monkeypatch, listening):
     assert isinstance(caught.value, SetupError) and isinstance(caught.value.__cause__, RuntimeError)
     assert str(caught.value).startswith(f"could not connect to the Ray cluster at RAY_ADDRESS={listening} "
                                         "(Failed to get cluster ID from GCS server: TimedOut): check the address")
+
+
+def test_auto_with_no_cluster_through_rays_own_lookup(monkeypatch):
+    """Ray's real `ray.init(address="auto")`, its scan for running clusters made to find none (on a
+    shared machine another cluster may be running): it fails before starting anything."""
+    import ray
+    from ray._private import services
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    def no_cluster():
+        return []
+
+    no_cluster.cache_clear = lambda: None  # Ray's own is cached and cleared before a lookup
+    monkeypatch.setattr(services, "find_gcs_addresses", no_cluster)
+    monkeypatch.setattr(services, "find_bootstrap_address", lambda temp_dir=None: None)
+    with pytest.raises(ClusterUnavailable) as caught:
+        connect(ClusterConfig(address="auto"), verbose=True)
+    assert not ray.is_initialized()
+    assert str(caught.value).startswith("cluster.address=auto: no Ray cluster is running on this machine to join "
+                                        "(Could not find any running Ray instance.")
