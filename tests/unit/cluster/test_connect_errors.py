@@ -1,4 +1,4 @@
-"""What a failed `ray.init` says (`cluster.connect.connect_failure`), for each way it fails, and
+"""What a failed `ray.init` says (`cluster.reach.connect_failure`), for each way it fails, and
 that `connect` raises it as `ClusterUnavailable` (Ray's init replaced: nothing starts)."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import socket
 import pytest
 
 from cluster.config import ClusterConfig
-from cluster.connect import ClusterUnavailable, connect, connect_failure, unreachable
+from cluster.connect import connect
+from cluster.reach import ClusterUnavailable, connect_failure, unreachable
 from jobs.core.errors import SetupError
 
 NO_TOKEN: dict[str, str] = {}
