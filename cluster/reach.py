@@ -111,7 +111,7 @@ def unreachable(address: str, timeout_s: float = 5.0) -> ConnectionError | None:
     before `ray.init`, which retries a GCS that does not answer for minutes before it fails."""
     hostport = address.removeprefix("ray://").rstrip("/")
     host, sep, port = hostport.rpartition(":")
-    if not sep or not port.isdigit() or not host:
+    if not sep or not port.isdigit() or not host or "://" in host:  # another scheme: Ray's to judge
         return None
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):

@@ -86,6 +86,7 @@ def test_unreachable_tries_a_tcp_connection_and_leaves_other_addresses_to_ray(li
     why = unreachable(closed)
     assert isinstance(why, ConnectionError) and str(why) == f"nothing answers at {closed}: Connection refused"
     assert unreachable("auto") is None and unreachable("local") is None and unreachable("headless:") is None
+    assert unreachable(f"http://{closed}") is None  # not an address this probe knows how to reach
 
 
 def test_connect_says_nothing_answers_before_ray_waits_for_minutes(monkeypatch, closed):
