@@ -34,7 +34,7 @@ from jobs.core.modelconfig import GenerationOverrides
 from jobs.core.preflight import PreflightError
 from jobs.core.registry import method_spec, resolve
 from jobs.core.remote import local_run_dir
-from jobs.core.rundir import check_run_dir
+from jobs.core.rundir import RUN_FILE, check_run_dir
 from jobs.import_ratings_config import RatingsImportConfig
 from jobs import runrecord
 from jobs.core.sweeps import is_multirun, point_run_dir, record_point, sweep_resume_command
@@ -245,7 +245,8 @@ def validate(data: dict[str, Any], model_cls: type[BaseModel], where: str = "con
     return validated(model_cls, own, where)
 
 
-def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], int], where: str) -> int:
+def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], int], where: str,
+                   record_new: bool = True) -> int:
     """Body of every job's `@hydra.main`: resolve, validate once, run, exit with its code.
 
     In a sweep (`-m`), each point runs in its own run directory and the code is returned, not
@@ -259,6 +260,7 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
     failing (a Ray cluster not reached, a model not deployed: `SetupError`): one line, exit 1; its
     traceback goes to the job's log, and to stderr too under EVALCLUSTER_DEBUG=1.
     SIGINT/SIGTERM: one line with the rows saved and the command that resumes, exit 130/143.
+    `record_new=False`: the job adds its attempt to an existing `run.json` but never creates one.
     What the console shows also goes to `RUN_DIR/<job>.log`, with the detail kept off it.
     """
     run_dir = cfg = error = code = None
@@ -280,8 +282,10 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
             # between the progress bars. The job prints what a user needs itself.
             logging.getLogger().setLevel(logging.WARNING)
         joblog.start(run_dir, hydra_cfg.job.name, verbose=getattr(cfg, "verbose", False))
-        if not getattr(cfg, "dry_run", False):
-            # RUN_DIR/run.json: what produced the run (commit, versions, models, engines, cluster)
+        # RUN_DIR/run.json: what produced the run (commit, versions, models, engines, cluster).
+        # A job that only reads a run (record_new=False: the rating app) adds its attempt to a
+        # run's record but never makes one in a folder that holds no run.
+        if not getattr(cfg, "dry_run", False) and (record_new or (Path(run_dir) / RUN_FILE).is_file()):
             runrecord.begin(run_dir, hydra_cfg.job.name)
             recording = True
         raise_on_sigterm()

@@ -40,7 +40,7 @@ def run(cfg: RateConfig) -> int:
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="rate")
 def main(raw: DictConfig) -> None:
-    run_entrypoint(raw, RateConfig, run, "rate config")
+    run_entrypoint(raw, RateConfig, run, "rate config", record_new=False)
 
 
 if __name__ == "__main__":
