@@ -32,8 +32,16 @@ def test_sessions_panel_benchmarks_export_and_report(sqpsych_run, shared_data):
 
     dialogues = pd.read_parquet(run_dir / "dialogues")
     assert sorted(dialogues["dialogue_id"]) == sorted(f"{c}|gemma3-270m" for c in profiles["context_id"])
-    assert (dialogues["status"] == "ok").all() and dialogues["ended_by"].isin(["stop_token", "cap"]).all()
-    assert dialogues["n_turns"].between(2, 5).all()  # the cap (4), plus the client's reply to an ending
+    # The 270M base model sometimes answers the therapist's turn as the client even after its
+    # retries: the dialogue is then an error row naming the rule, never a missing row. The chain
+    # needs at least one finished dialogue to go on; the ones the rules abandoned are left out of
+    # the panel and the export below.
+    ok = dialogues[dialogues["status"] == "ok"]
+    failed = dialogues[dialogues["status"] != "ok"]
+    assert len(ok) >= 1, dialogues[["dialogue_id", "status", "error"]].to_string()
+    assert ok["ended_by"].isin(["stop_token", "cap"]).all()
+    assert ok["n_turns"].between(2, 5).all()  # the cap (4), plus the client's reply to an ending
+    assert (failed["status"] == "error").all() and failed["error"].str.startswith("abandoned by its rules").all()
     turns = pd.read_parquet(run_dir / "turns")
     assert len(turns) == dialogues["n_turns"].sum()
     first = turns[turns["turn"] == 1]
@@ -43,8 +51,8 @@ def test_sessions_panel_benchmarks_export_and_report(sqpsych_run, shared_data):
     rubric = load_rubric("sqpsych_panel")
     scores = pd.read_parquet(run_dir / "scores")
     panel = scores[scores["rubric"] == "sqpsych_panel"]
-    assert set(panel["subject_type"]) == {"dialogue"} and set(panel["subject_id"]) == set(dialogues["dialogue_id"])
-    assert len(panel) == 2 * len(rubric.items) == 36
+    assert set(panel["subject_type"]) == {"dialogue"} and set(panel["subject_id"]) == set(ok["dialogue_id"])
+    assert len(rubric.items) == 18 and len(panel) == 18 * len(ok)
     assert (panel["status"] == "ok").all() and panel["score"].between(0, 2).all()
 
     bench = pd.read_parquet(run_dir / "bench_answers")
@@ -55,7 +63,7 @@ def test_sessions_panel_benchmarks_export_and_report(sqpsych_run, shared_data):
     assert sorted(row["gold"]) == sorted(cd["distortions"])
 
     lines = (run_dir / "export" / "gemma3-270m.jsonl").read_text().splitlines()
-    assert len(lines) == 2 and json.loads(lines[0])["messages"][1]["role"] == "assistant"
+    assert len(lines) == len(ok) and json.loads(lines[0])["messages"][1]["role"] == "assistant"
 
     html = (run_dir / "report" / "report.html").read_text()
     for section in ("statistics", "readability", "panel", "benchmarks", "export"):
