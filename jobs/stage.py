@@ -191,9 +191,9 @@ class ChatStage:
     async def _watch_drain(self) -> None:
         try:
             interrupted = await self.sink.drained.remote(self.sink_channel, self._id)
-            # Interrupted, or the stage is over (every row done, or a lost node ended it, and
-            # this worker is to be torn down): nothing new goes out, and rows not sent yet end
-            # without a row (the rows a stopped stage still puts would be dropped anyway).
+            # Drained (an interrupt, or the stage failed on a lost node and this worker is to be
+            # torn down: it keeps what it answered), or the stage is over (every row done): nothing
+            # new goes out, and rows not sent yet end without a row (a resume sends them).
             self.client.stop()
             if not interrupted:
                 return
@@ -251,11 +251,13 @@ class ChatStage:
 
 def _say_hello(sink: Any, channel: str, worker: str) -> None:
     """Tell the driver's sink which node this worker runs on (the stage's placement line in the
-    job's log, `jobs.placement`); a sink that is not a Ray actor (unit tests) is told nothing."""
+    job's log, `jobs.placement`) and which actor it is (a drain after a lost node does not wait
+    for the workers that went with it); a sink that is not a Ray actor (unit tests) is told nothing."""
     try:
         import ray
 
-        sink.hello.remote(channel, worker, ray.get_runtime_context().get_node_id())
+        context = ray.get_runtime_context()
+        sink.hello.remote(channel, worker, context.get_node_id(), context.get_actor_id())
     except Exception:  # noqa: BLE001 - the placement line must never stop a worker
         pass
 

@@ -31,7 +31,7 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from jobs.core.preflight import FailureSummary
-from jobs.core.rowsink import CALLS_WAIT_S, DRAIN_WAIT_S, RowSink, sink_for_driver
+from jobs.core.rowsink import CALLS_WAIT_S, DRAIN_WAIT_S, RowSink, lost_actors, sink_for_driver
 from jobs.core.schemas import STATUS_OK
 from jobs.core.store import TableStore, rescue
 
@@ -126,6 +126,7 @@ class Collector:
         self._wake = threading.Event()  # the loop's sleep, cut short by `stop` or `drain`
         self._drain = threading.Event()  # asked by the signal handler...
         self._drained = threading.Event()  # ...and done by the loop
+        self._lost: tuple[str, ...] = ()  # the dead workers a drain does not wait for
         self._thread: threading.Thread | None = None
 
     def take(self, timeout: float = 30.0) -> int:
@@ -134,11 +135,12 @@ class Collector:
 
         return self.add(*ray.get(self.sink.take.remote(self.channel, True), timeout=timeout))
 
-    def take_drained(self, wait_s: float = DRAIN_WAIT_S) -> int:
-        """The rows the channel's workers still hold, and the channel's last rows (it is closed)."""
+    def take_drained(self, wait_s: float = DRAIN_WAIT_S, lost: tuple[str, ...] = ()) -> int:
+        """The rows the channel's workers still hold, and the channel's last rows (it is closed);
+        `lost`: the actor ids of dead workers, not waited for."""
         import ray
 
-        return self.add(*ray.get(self.sink.drain.remote(self.channel, wait_s, True), timeout=wait_s + 30))
+        return self.add(*ray.get(self.sink.drain.remote(self.channel, wait_s, True, lost), timeout=wait_s + 30))
 
     def take_last(self, timeout: float = 30.0) -> int:
         """The channel's last rows; the sink drops what its workers put there after this."""
@@ -214,6 +216,12 @@ class Collector:
                 yield self
             except BaseException as exc:
                 self.bar.clear()
+                if isinstance(exc, Exception):
+                    # A stage failed (a lost node ends it whole): the workers left put what they
+                    # answered and their calls on the wire before Ray Data's teardown ends them
+                    # (they live until their open blocks end), so only the lost node's calls are
+                    # sent again.
+                    self.drain_workers(lost=lost_actors(exc), say=False)
                 try:
                     self.finish()
                 finally:
@@ -226,15 +234,18 @@ class Collector:
         """True when the pending rows are older than the flush interval."""
         return time.monotonic() - self._last_flush >= self.flush_every_s
 
-    def drain_workers(self, wait_s: float = DRAIN_WAIT_S) -> None:
+    def drain_workers(self, wait_s: float = DRAIN_WAIT_S, lost: tuple[str, ...] = (), say: bool = True) -> None:
         """At a signal, in the handler: have the loop take the rows the workers still hold, and
         write them, before the signal's raise lets Ray Data kill the workers. The loop does it,
-        not the handler, which may have cut into a Ray call of the main thread."""
-        if self._thread is None or not self._thread.is_alive():
-            return  # an inline run: every finished row is already here
+        not the handler, which may have cut into a Ray call of the main thread. Also after a
+        failed stage (`lost`: the dead workers' actor ids; `say`: the line for a person)."""
+        if self._thread is None or not self._thread.is_alive() or self._drain.is_set():
+            return  # an inline run (every finished row is already here), or drained already
         self.bar.clear()
-        print(f"\nstopping: no new calls; the calls in flight may answer (up to {CALLS_WAIT_S:.0f} s), then every "
-              "answered row is saved", file=sys.stderr, flush=True)
+        if say:
+            print(f"\nstopping: no new calls; the calls in flight may answer (up to {CALLS_WAIT_S:.0f} s), then "
+                  "every answered row is saved", file=sys.stderr, flush=True)
+        self._lost = lost
         self._drain.set()
         self._wake.set()
         if not self._drained.wait(wait_s + 35):
@@ -246,7 +257,7 @@ class Collector:
             self._wake.clear()
             if self._drain.is_set():
                 try:
-                    self.take_drained()
+                    self.take_drained(lost=self._lost)
                     self.flush()
                 except Exception:  # noqa: BLE001 - `finish` takes and writes what is left
                     rows_log.exception("collecting the workers' rows at the interrupt failed")

@@ -7,6 +7,12 @@ wakes each worker's standing `drained` call: the worker stops its client (no new
 out), waits up to `CALLS_WAIT_S` for its calls on the wire to answer, and puts everything it
 holds, naming itself; the sink hands the rows to the driver once every worker has answered (at
 most `DRAIN_WAIT_S`), and only then does the driver let Ray Data end the stage.
+
+A stage that fails (a lost worker node: Ray Data ends the whole stage on one dead worker) is
+drained the same way before it is closed: the workers left put the rows they hold and the calls
+they have on the wire, so a lost node costs only its own workers' calls and unput rows. The drain
+does not wait for the workers that went with the lost node (`lost_actors`: the dead actors named
+in the error, and every worker the sink knows on their nodes).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["CALLS_WAIT_S", "DRAIN_WAIT_S", "RowSink", "sink_for_driver"]
+__all__ = ["CALLS_WAIT_S", "DRAIN_WAIT_S", "RowSink", "lost_actors", "sink_for_driver"]
 
 # How long an interrupted worker waits for its calls on the wire: a loopback or hosted model
 # answers in well under this, so an interrupt keeps every call it sent; a call that takes longer
@@ -49,6 +55,7 @@ class RowSink:
         self._workers: dict[str, set[str]] = {}  # per channel: the workers waiting in `drained`
         self._answered: dict[str, set[str]] = {}  # per channel: the workers that put after the wake
         self._nodes: dict[str, dict[str, str]] = {}  # per channel: worker -> the node it runs on
+        self._actors: dict[str, dict[str, str]] = {}  # per channel: worker -> its Ray actor id
         self._put_ids: dict[str, set[str]] = {}  # per channel: the puts received (a put is kept once)
         self._units: dict[str, int] = {}  # per channel: progress units reported, not yet taken
 
@@ -67,8 +74,12 @@ class RowSink:
         if worker is not None:
             self._answered.setdefault(channel, set()).add(worker)
 
-    def hello(self, channel: str, worker: str, node_id: str) -> None:  # a worker started there
+    def hello(self, channel: str, worker: str, node_id: str, actor_id: str | None = None) -> None:
+        """A worker started on `node_id` (as Ray actor `actor_id`: how a drain after a lost worker
+        knows not to wait for it)."""
         self._nodes.setdefault(channel, {})[worker] = node_id
+        if actor_id:
+            self._actors.setdefault(channel, {})[worker] = actor_id
 
     def placement(self, channel: str = "") -> dict[str, str]:  # worker -> node, for `jobs.placement`
         return dict(self._nodes.get(channel, {}))
@@ -85,15 +96,26 @@ class RowSink:
         await self._event(channel).wait()
         return channel not in self._closed
 
-    async def drain(self, channel: str = "", wait_s: float = DRAIN_WAIT_S, with_units: bool = False) -> Any:
+    async def drain(self, channel: str = "", wait_s: float = DRAIN_WAIT_S, with_units: bool = False,
+                    lost: tuple[str, ...] | list[str] = ()) -> Any:
         """Wake the channel's workers, wait until each has put what it held (at most `wait_s`),
-        then `close` the channel, handing back its last tables (and units, `with_units`)."""
+        then `close` the channel, handing back its last tables (and units, `with_units`).
+        `lost`: actor ids of workers that died; they, and every worker on their nodes (a lost
+        node takes all its workers), are not waited for."""
         self._event(channel).set()
+        gone = self._gone(channel, set(lost))
         deadline = time.monotonic() + wait_s
-        while (not self._workers.get(channel, set()) <= self._answered.get(channel, set())
+        while (not self._workers.get(channel, set()) - gone <= self._answered.get(channel, set())
                and time.monotonic() < deadline):
             await asyncio.sleep(0.01)
         return self.close(channel, with_units)
+
+    def _gone(self, channel: str, lost: set[str]) -> set[str]:
+        """The channel's workers that are the `lost` actors or ran on one of their nodes."""
+        actors, nodes = self._actors.get(channel, {}), self._nodes.get(channel, {})
+        dead = {w for w, a in actors.items() if a in lost}
+        dead_nodes = {nodes[w] for w in dead if w in nodes}
+        return dead | {w for w, n in nodes.items() if n in dead_nodes}
 
     def take(self, channel: str = "", with_units: bool = False) -> Any:
         """The channel's tables put since the last take; `with_units`: `(tables, units)`."""
@@ -111,9 +133,35 @@ class RowSink:
         self._workers.pop(channel, None)
         self._answered.pop(channel, None)
         self._nodes.pop(channel, None)
+        self._actors.pop(channel, None)
         self._put_ids.pop(channel, None)
         tables = self._tables.pop(channel, [])
         return (tables, units) if with_units else tables
+
+
+def lost_actors(exc: BaseException | None) -> tuple[str, ...]:
+    """The Ray actor ids (hex) of the dead actors an error names, through what it was raised from
+    (Ray Data raises a stage's failure with the dead worker's `RayActorError` as its cause)."""
+    try:
+        from ray.exceptions import RayActorError, RayTaskError
+    except ImportError:  # no Ray: no actor died
+        return ()
+    out: list[str] = []
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        exc = todo.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        # A RayTaskError names the actor whose code raised (alive), not one that died.
+        if isinstance(exc, RayActorError) and not isinstance(exc, RayTaskError):
+            actor = getattr(exc, "actor_id", None)
+            if isinstance(actor, str) and actor and actor not in out:
+                out.append(actor)
+        inner = getattr(exc, "cause", None)  # a RayTaskError's wrapped error
+        todo += [e for e in (exc.__cause__, exc.__context__, inner) if isinstance(e, BaseException)]
+    return tuple(out)
 
 
 def sink_for_driver(ray: Any) -> tuple[Any, str]:
