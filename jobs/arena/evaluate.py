@@ -107,11 +107,12 @@ def check_evaluators(cfg: ArenaRunConfig) -> None:
 
 def ok_sessions(run_dir: str | Path, session_ids: set[str] | None = None) -> pd.DataFrame:
     """The run's finished sessions (status ok), only `session_ids` when given, in a stable order."""
+    # Only the asked sessions' rows are read: a loop iteration evaluates its new sessions, and the
+    # run's earlier ones (their turns) need not pass through the driver again.
     sessions = TableStore(run_dir, SESSIONS).read(
-        columns=["card_id", "counselor", "variant", "iteration", "counselor_prompt", "turns", "status"])
+        columns=["card_id", "counselor", "variant", "iteration", "counselor_prompt", "turns", "status"],
+        only=None if session_ids is None else {"session_id": set(session_ids)})
     sessions = sessions[sessions["status"] == STATUS_OK]
-    if session_ids is not None:
-        sessions = sessions[sessions["session_id"].isin(set(session_ids))]
     return sessions.sort_values("session_id").reset_index(drop=True)
 
 

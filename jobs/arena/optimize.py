@@ -66,6 +66,7 @@ from jobs.arena.reflect import ReflectStage
 from jobs.arena.schemas import (
     ARM_CONTROL, ARM_FEEDBACK, ARM_PROCEDURE, CARDS, ITERATIONS, MODE_CONTROL, MODE_PROCEDURE, SESSIONS, session_id,
 )
+from jobs.arena.loop_tables import ITERATION_COLUMNS, session_scores, session_states, with_turns
 from jobs.arena.sessions import SessionsConfig
 from jobs.dialogue import strictest
 from jobs.core.preflight import FailureSummary, summarize
@@ -73,7 +74,7 @@ from jobs.core.rubric import Rubric
 from jobs.core.rundir import check_writable, file_fingerprint, record_inputs
 from jobs.runner import run_model_stage
 from jobs.core.schemas import SCORES, STATUS_OK
-from jobs.core.store import TableStore, read_table
+from jobs.core.store import TableStore
 from jobs.core.modelconfig import GenerationOverrides
 from jobs.core.configfiles import ConfigError, find_file, load_model
 from serving.governance import check_governance
@@ -82,6 +83,7 @@ __all__ = ["OptimizeConfig", "OptimizeSettings", "chain_states", "plan_reflectio
 
 # What reflect.txt is filled with (one pass: a transcript that quotes `{feedback}` stays as is).
 REFLECT_PLACEHOLDERS = ("counselor_prompt", "transcript", "feedback", "methods")
+
 
 
 class OptimizeSettings(BaseModel):
@@ -187,7 +189,7 @@ def feedback_writer(cfg: OptimizeConfig) -> tuple[str, str] | None:
 
 
 def _card_sensitivity(run_dir: Path) -> dict[str, str]:
-    cards = read_table(run_dir, CARDS)
+    cards = TableStore(run_dir, CARDS).read(columns=["sensitivity"])
     return dict(zip(cards["card_id"].astype(str), cards["sensitivity"])) if not cards.empty else {}
 
 
@@ -216,7 +218,7 @@ def run(cfg: OptimizeConfig) -> int:
     writer = feedback_writer(cfg)
     if cfg.dry_run:
         return print_plan(cfg, run_dir, counselors, writer[0] if writer else None)
-    if read_table(run_dir, SESSIONS).empty:
+    if TableStore(run_dir, SESSIONS).read(columns=[]).empty:
         raise ConfigError(f"no sessions in {run_dir / SESSIONS.name}: run the sessions and evaluate steps on this "
                           "run_dir first (python -m jobs.pipeline experiment=... runs them before optimize)")
     decides = {"optimize.mode": settings.mode, "optimize.select": settings.select,
@@ -252,8 +254,8 @@ def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids:
     """Iteration k: reflect, re-run, re-evaluate, report. None when no session is left to improve."""
     run_dir = Path(cfg.run_dir)
     settings = cfg.optimize
-    scores = read_table(run_dir, SCORES)
-    sessions = read_table(run_dir, SESSIONS)
+    scores = session_scores(run_dir)
+    sessions = session_states(run_dir)
     results = session_results(scores, rubrics)
     arms = (ARM_FEEDBACK, *((ARM_CONTROL,) if settings.control else ()),
             *((ARM_PROCEDURE,) if settings.procedure else ()))
@@ -263,7 +265,7 @@ def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids:
     others = {arm: _selected(states[arm], settings) for arm in arms if arm != ARM_FEEDBACK}
     controls = pd.concat(list(others.values()), ignore_index=True) if others else parents.iloc[0:0]
     store = TableStore(run_dir, ITERATIONS, writer=True)
-    written = store.read()
+    written = store.read(columns=["iteration", "status"])
     pending = written[written["iteration"].eq(k) & written["status"].eq(STATUS_OK)] if not written.empty else written
     if parents.empty and pending.empty and controls.empty:
         passed, usable = pass_counts(before)
@@ -275,7 +277,7 @@ def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids:
     codes: list[int] = []
 
     # (2) reflections: the feedback and the counselor's rewritten prompt
-    planned = plan_reflections(parents, k, scores, rubrics, kb, settings, template, sensitivity,
+    planned = plan_reflections(with_turns(run_dir, parents), k, scores, rubrics, kb, settings, template, sensitivity,
                                sessions_step.render_transcript, prompts, writer)
     keys = {(sid,) for sid in planned["session_id"]}
     if cfg.retry_failed and keys:
@@ -304,7 +306,7 @@ def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids:
                                "iterations", store.dir))
 
     # (3) the sessions with the rewritten prompts
-    its = store.read()
+    its = store.read(columns=ITERATION_COLUMNS, only={"iteration": [k]})
     ok = its[its["iteration"].eq(k) & its["status"].eq(STATUS_OK) & its["counselor"].isin(cfg.models)
              & its["variant"].isin(cfg.variants) & its["card_id"].astype(str).isin(card_ids)]
     response = settings.mode == "response"
@@ -342,9 +344,8 @@ def run_iteration(cfg: OptimizeConfig, k: int, *, cards: pd.DataFrame, card_ids:
             return _worst(codes)
 
     # (5) before and after, over the chains that had an evaluated session before
-    scores = read_table(run_dir, SCORES)
-    sessions = read_table(run_dir, SESSIONS)
-    results = session_results(scores, rubrics)
+    results = session_results(session_scores(run_dir), rubrics)
+    sessions = session_states(run_dir)
     for arm, prior in states.items():
         after = chain_states(sessions, results, k + 1, cfg.models, cfg.variants, card_ids, arm=arm)
         x, y = pass_counts(prior)

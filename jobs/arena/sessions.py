@@ -360,8 +360,8 @@ def write_session_rows(plans: list[SessionPlan], cards: pd.DataFrame, cfg: Sessi
     todo = {p.session_id: p for p in plans if p.session_id not in have}
     if not todo:
         return 0
-    dialogues = TableStore(run_dir, DIALOGUES).read()
-    dialogues = dialogues[dialogues["dialogue_id"].isin(set(todo))]
+    # The ended dialogues of these plans only: the table holds every earlier iteration's too.
+    dialogues = TableStore(run_dir, DIALOGUES).read(only={"dialogue_id": set(todo)})
     planned_phases = round_phases(load_phases(cfg.phases, cfg.rounds), cfg.rounds)
     by_card = _card_lookup(cards)
     rows = [session_row(todo[d["dialogue_id"]], d, by_card.get(todo[d["dialogue_id"]].card_id), cfg,

@@ -21,11 +21,11 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401 - registers pa.compute
+import pyarrow.compute as pc  # also registers pa.compute
 import pyarrow.parquet as pq
 
 from jobs.core.schemas import Table
@@ -194,16 +194,42 @@ class TableStore:
         _notify("written", self.dir / name)
         return self.dir / name
 
-    def read(self, columns: list[str] | None = None) -> pd.DataFrame:
-        """The table (or these columns of it, plus the key), one row per key."""
+    def _where(self, only: Mapping[str, Iterable[Any]] | None) -> pc.Expression | None:
+        """`only` as one pyarrow filter, each value set typed as its column (an empty set keeps no
+        row). Built and tried here, on no rows, so that a bad column or value is the caller's
+        error, never taken for an unreadable part (which a writer would move aside)."""
+        if not only:
+            return None
+        where = None
+        for col, values in only.items():
+            if col not in self.table.schema.names:
+                raise KeyError(f"{self.table.name}: no column {col!r} to select rows by")
+            typ = self.table.schema.field(col).type
+            cond = pc.field(col).isin(pa.array(list(values), type=typ))
+            where = cond if where is None else where & cond
+        self.table.schema.empty_table().filter(where)
+        return where
+
+    def read(self, columns: list[str] | None = None, only: Mapping[str, Iterable[Any]] | None = None) -> pd.DataFrame:
+        """The table (or these columns of it, plus the key), one row per key. `only`: just the rows
+        whose value of each named column is among the given ones (`{"session_id": ids}`), each part
+        filtered as it is read, so a step that needs a few rows never holds the others. Select by
+        columns the key decides (the key itself, a session's iteration): the one row kept per key
+        is the last written, and a filter on a column that changes between writes of a key could
+        keep an earlier one."""
         schema = self.table.schema
+        where = self._where(only)
         if columns is not None:
             wanted = [*self.table.key, *(c for c in columns if c not in self.table.key)]
             schema = pa.schema([schema.field(c) for c in wanted])
+        # The columns rows are selected by are read too (pyarrow filters only what it reads).
+        extra = [c for c in (only or {}) if c not in schema.names]
+        read_schema = pa.schema([*schema, *(self.table.schema.field(c) for c in extra)])
         parts = self.parts()
         if not parts:
             return schema.empty_table().to_pandas()
-        tables = [t for p in parts if (t := self._read_part(p, schema=schema, columns=schema.names)) is not None]
+        tables = [t.select(schema.names) for p in parts
+                  if (t := self._read_part(p, schema=read_schema, columns=read_schema.names, filters=where)) is not None]
         if not tables:
             return schema.empty_table().to_pandas()
         df = pa.concat_tables(tables).to_pandas()

@@ -237,6 +237,29 @@ def test_read_some_columns_keeps_the_key_and_one_row_per_key(tmp_path):
     assert list(TableStore(tmp_path / "none", RESPONSES).read(columns=["status"]).columns) == ["context_id", "model", "status"]
 
 
+def test_read_only_some_rows_filters_each_part_by_the_named_values(store):
+    store.append([row("1"), row("2", model="m2"), row("3")])
+    store.append([row("4"), row("2", model="m3")])
+    got = store.read(columns=["response"], only={"context_id": ["2", "4"]})
+    assert got.to_dict("records") == [{"context_id": "2", "model": "m2", "response": "answer 2"},
+                                      {"context_id": "4", "model": "m1", "response": "answer 4"},
+                                      {"context_id": "2", "model": "m3", "response": "answer 2"}]
+    # two columns at once; a column that is not read is still a filter; an empty set keeps nothing
+    assert store.read(columns=[], only={"context_id": {"2"}, "model": {"m3"}}).to_dict("records") == [
+        {"context_id": "2", "model": "m3"}]
+    assert list(store.read(columns=["prompt_tokens"], only={"run_id": ["r1"]})["context_id"]) == ["1", "2", "3", "4", "2"]
+    assert store.read(only={"context_id": set()}).empty
+
+
+def test_a_bad_row_filter_is_the_callers_error_and_moves_no_part_aside(store):
+    store.append([row("1")])
+    with pytest.raises(KeyError, match="no column 'nope'"):
+        store.read(only={"nope": ["x"]})
+    with pytest.raises(pa.ArrowInvalid):
+        store.read(only={"prompt_tokens": ["not a number"]})
+    assert len(store.parts()) == 1 and store.read()["context_id"].tolist() == ["1"]
+
+
 def _half_written(part) -> None:
     part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
 
