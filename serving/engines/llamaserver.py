@@ -23,7 +23,7 @@ patches in `scripts/llama-server-patches/` (one so far: grammar sampling over Ge
 vocabulary without re-decoding every token piece, ~2x the tokens/s of 8 judges at once).
 
 Model-file `engine_kwargs` (all optional): `n_ctx` (tokens per request), `n_parallel` (slots),
-`n_threads`, `n_batch`, `chat_format`, `prompt_cache_mb` (RAM for the prompt cache: a
+`n_threads` (decoding), `n_threads_batch` (prompt prefill; default `n_threads`), `n_batch`, `chat_format`, `prompt_cache_mb` (RAM for the prompt cache: a
 dialogue's next turn re-decodes only the new exchange), `server_binary`, `server_args` (extra
 flags), `startup_timeout_s`.
 """
@@ -55,7 +55,7 @@ __all__ = ["BINARY_ENV", "KNOWN_KWARGS", "LlamaServerEngine", "find_binary", "se
 
 BINARY = "llama-server"
 BINARY_ENV = "LLAMA_SERVER_BIN"  # where the binary is, when not beside the Python interpreter
-KNOWN_KWARGS = frozenset({"n_ctx", "n_parallel", "n_threads", "n_batch", "chat_format", "prompt_cache_mb",
+KNOWN_KWARGS = frozenset({"n_ctx", "n_parallel", "n_threads", "n_threads_batch", "n_batch", "chat_format", "prompt_cache_mb",
                           "server_binary", "server_args", "startup_timeout_s", "runtime"})
 
 
@@ -90,7 +90,9 @@ def server_command(binary: Path, gguf: Path, port: int, model_id: str, kwargs: d
            "--cache-ram", str(int(kwargs.get("prompt_cache_mb", 0) or 0)),
            "--no-webui"]
     if kwargs.get("n_threads"):
-        cmd += ["--threads", str(int(kwargs["n_threads"])), "--threads-batch", str(int(kwargs["n_threads"]))]
+        cmd += ["--threads", str(int(kwargs["n_threads"]))]
+    if kwargs.get("n_threads_batch") or kwargs.get("n_threads"):
+        cmd += ["--threads-batch", str(int(kwargs.get("n_threads_batch") or kwargs["n_threads"]))]
     if kwargs.get("chat_format"):
         # A built-in template by name needs the legacy (non-Jinja) template path.
         cmd += ["--no-jinja", "--chat-template", str(kwargs["chat_format"])]

@@ -69,14 +69,15 @@ atexit.register(_stop_running)
 
 
 def omp_env(engine_kwargs: dict[str, Any]) -> dict[str, str]:
-    """`OMP_NUM_THREADS` for llama.cpp's `n_threads`, or {} when the file sets none.
+    """`OMP_NUM_THREADS` for llama.cpp's threads (the larger of `n_threads` and
+    `n_threads_batch`), or {} when the file sets neither.
 
     llama.cpp's CPU backend is built with OpenMP, which caps its threads at OMP_NUM_THREADS
     whatever `n_threads` asks, and Ray sets OMP_NUM_THREADS to every worker's `num_cpus` (1 for
     the bundled model's replica): the replica, and a llama-server it starts, decoded on one
     thread of the two its file names (docs/benchmarks.md, "The bundled model through Ray Serve")."""
-    n = engine_kwargs.get("n_threads")
-    return {"OMP_NUM_THREADS": str(int(n))} if n else {}
+    n = max(int(engine_kwargs.get("n_threads") or 0), int(engine_kwargs.get("n_threads_batch") or 0))
+    return {"OMP_NUM_THREADS": str(n)} if n else {}
 
 
 class ServerProcess:

@@ -37,6 +37,7 @@ def test_command_line_from_the_bundled_model_file():
     # the values written in conf/model/gemma3-270m.yaml
     assert _flag(cmd, "--parallel") == "8" and _flag(cmd, "--kv-unified-per-slot") == "8192"
     assert _flag(cmd, "--threads") == "1" and _flag(cmd, "--batch-size") == "512"
+    assert _flag(cmd, "--threads-batch") == "2"  # prefill on both cores, decoding on one
     assert _flag(cmd, "--cache-ram") == "512" and _flag(cmd, "--alias") == "gemma3-270m"
     # a built-in template by name works only on the non-Jinja path
     assert _flag(cmd, "--chat-template") == "gemma" and "--no-jinja" in cmd and "--cont-batching" in cmd
@@ -153,3 +154,17 @@ def test_omp_env_names_the_files_threads():
 
     assert omp_env({"n_threads": 2, "n_ctx": 4096}) == {"OMP_NUM_THREADS": "2"}
     assert omp_env({"n_ctx": 4096}) == {} and omp_env({"n_threads": None}) == {}
+    # OpenMP's cap must admit the larger of the two thread counts
+    assert omp_env({"n_threads": 1, "n_threads_batch": 2}) == {"OMP_NUM_THREADS": "2"}
+    assert omp_env({"n_threads_batch": 3}) == {"OMP_NUM_THREADS": "3"}
+
+
+def test_prefill_threads_default_to_the_decoding_threads():
+    def flags(**kw):
+        cmd = server_command(Path("/x/llama-server"), Path("/m.gguf"), 1, "m", kw)
+        return [(f, _flag(cmd, f)) for f in ("--threads", "--threads-batch") if f in cmd]
+
+    assert flags(n_threads=3) == [("--threads", "3"), ("--threads-batch", "3")]
+    assert flags(n_threads=1, n_threads_batch=2) == [("--threads", "1"), ("--threads-batch", "2")]
+    assert flags(n_threads_batch=2) == [("--threads-batch", "2")]
+    assert flags() == []
