@@ -20,10 +20,15 @@ class Cleaned:
     labeled: bool = True  # the answer carried the agent's own label (a method may require it)
 
 
+def _core(token: str) -> str:
+    """The token's word characters (`END` of `[/END]`)."""
+    return re.sub(r"\W", "", token)
+
+
 def _stop_pattern(token: str) -> re.Pattern[str]:
     """The token and its loose spellings: `[/END]` also matches `[END]`, `[**/END**]`, `[[/END]]`
     and a bare `/END` (variants seen in the SQPsych authors' outputs)."""
-    core = re.sub(r"\W", "", token)
+    core = _core(token)
     if not core:
         return re.compile(re.escape(token))
     return re.compile(
@@ -38,6 +43,9 @@ def _label_pattern(label: str) -> re.Pattern[str]:
 
 _NOTE_PAREN = re.compile(r"\(\s*(?:note|explanation|word count|\d+\s+words?)\b[^)]*\)", re.IGNORECASE)
 _NOTE_LINE = re.compile(r"^\s*[*_]*\s*(?:note|explanation)\s*[*_]*\s*:.*$", re.IGNORECASE | re.MULTILINE)
+# Runs of blanks to one space. Only runs of two or more and tabs: a lone space is already what
+# it would become, and replacing each of a text's spaces by itself cost more than the rest.
+_BLANKS = re.compile(r"[ \t]{2,}|\t")
 _QUOTES = {'"': '"', "“": "”", "'": "'", "‘": "’"}
 
 
@@ -77,12 +85,17 @@ def clean_utterance(raw: str, label: str, other_labels: list[str], stop_token: s
     m = own.search(text)
     if m:
         text = text[: m.start()]
-    stop = _stop_pattern(stop_token)
-    has_stop = bool(stop.search(text))
-    text = stop.sub(" ", text)
+    # Every spelling the pattern takes holds the token's word characters or the token itself: a
+    # text with neither has no stop, and the pattern (tried at every position: most of this
+    # function's CPU) need not run.
+    has_stop = False
+    if _core(stop_token) in text or stop_token in text:
+        stop = _stop_pattern(stop_token)
+        has_stop = bool(stop.search(text))
+        text = stop.sub(" ", text)
     text = _NOTE_LINE.sub("", text)
     text = _NOTE_PAREN.sub("", text)
-    text = re.sub(r"[ \t]+", " ", text)
+    text = _BLANKS.sub(" ", text)
     text = re.sub(r"\s*\n\s*", "\n", text).strip()
     return Cleaned(text=_unquote(text), has_stop=has_stop, labeled=labeled)
 

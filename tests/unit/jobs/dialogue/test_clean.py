@@ -40,3 +40,59 @@ def test_any_stop_token_is_recognized():
 
 def test_repeats_compare_without_case_or_punctuation():
     assert normalized("Hello, how are you?") == normalized("hello how are you")
+
+
+def test_a_token_whose_word_characters_are_apart_is_still_found_and_removed():
+    # the text holds the token itself but not its word characters together ("END"): the check
+    # that skips the stop pattern must not skip it
+    out = clean_utterance("Counselor: Bye for now [/E N D]", "Counselor", ["Client"], "[/E N D]")
+    assert out.text == "Bye for now" and out.has_stop
+    out = clean_utterance("Counselor: An ending, not the token.", "Counselor", ["Client"], "[/E N D]")
+    assert out.text == "An ending, not the token." and not out.has_stop
+
+
+def test_blank_runs_and_tabs_become_one_space_and_lone_spaces_stay():
+    out = clean_utterance("Client: a \t b\tc  d e", "Client", ["Therapist"], "[/END]")
+    assert out.text == "a b c d e"
+
+
+def test_the_shortcuts_clean_as_the_plain_patterns_do_on_random_answers():
+    """The stop pattern and blank collapsing written out as they were before the shortcuts (a
+    pattern run on every text; every blank run replaced), against clean_utterance on random
+    answers built from the pieces that matter: labels, loose stop spellings, blanks, tabs."""
+    import random
+    import re
+
+    from jobs.dialogue.clean import _NOTE_LINE, _NOTE_PAREN, _label_pattern, _unquote
+
+    def reference(raw: str, label: str, other: str, token: str) -> tuple[str, bool]:
+        text = raw
+        own = _label_pattern(label)
+        m = own.search(text)
+        if m:
+            text = text[m.end():]
+        m = _label_pattern(other).search(text)
+        if m:
+            text = text[: m.start()]
+        m = own.search(text)
+        if m:
+            text = text[: m.start()]
+        core = re.sub(r"\W", "", token)
+        stop = re.compile(rf"\[*\s*\**\s*/?\s*{re.escape(core)}\s*\**\s*\]+|(?<![\w/])/{re.escape(core)}\b"
+                          rf"|{re.escape(token)}")
+        has_stop = bool(stop.search(text))
+        text = stop.sub(" ", text)
+        text = _NOTE_LINE.sub("", text)
+        text = _NOTE_PAREN.sub("", text)
+        text = re.sub(r"[ \t]+", " ", text)
+        text = re.sub(r"\s*\n\s*", "\n", text).strip()
+        return _unquote(text), has_stop
+
+    pieces = ["Counselor:", "Client:", "**Counselor:**", "[/END]", "[END]", "[**/END**]", "/END", "END", "end",
+              "[/E N D]", "E N D", " ", "  ", "\t", "\n", "word", "send/ENDorse", '"', "(Note: x)", "ok."]
+    rng = random.Random(7)
+    for _ in range(3000):
+        raw = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        token = rng.choice(["[/END]", "[/E N D]", "<<STOP>>"])
+        got = clean_utterance(raw, "Counselor", ["Client"], token)
+        assert (got.text, got.has_stop) == reference(raw, "Counselor", "Client", token), (raw, token)
