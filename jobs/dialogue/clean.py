@@ -9,6 +9,7 @@ honored (only after the minimum turns).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -100,6 +101,11 @@ def clean_utterance(raw: str, label: str, other_labels: list[str], stop_token: s
     return Cleaned(text=_unquote(text), has_stop=has_stop, labeled=labeled)
 
 
+# Each turn compares its answer with every earlier one of its agent, so a dialogue of n turns
+# normalized each utterance ~n/2 times (more CPU per turn than cleaning it). Kept here, each is
+# normalized once; the size holds the earlier turns of a stage worker's dialogues in flight
+# (hundreds of dialogues x tens of turns) at ~12 MB at most.
+@functools.lru_cache(maxsize=16384)
 def normalized(text: str) -> str:
     """The form two utterances are compared in to call one a repeat of the other."""
     return re.sub(r"\W+", " ", text).strip().lower()

@@ -96,3 +96,12 @@ def test_the_shortcuts_clean_as_the_plain_patterns_do_on_random_answers():
         token = rng.choice(["[/END]", "[/E N D]", "<<STOP>>"])
         got = clean_utterance(raw, "Counselor", ["Client"], token)
         assert (got.text, got.has_stop) == reference(raw, "Counselor", "Client", token), (raw, token)
+
+
+def test_normalized_is_remembered_and_right_after_its_memory_is_full():
+    normalized.cache_clear()
+    assert normalized("Hello, World!") == "hello world"
+    assert normalized("Hello, World!") == "hello world" and normalized.cache_info().hits == 1
+    for i in range(normalized.cache_info().maxsize + 10):  # past the size: the first ones dropped
+        normalized(f"line {i}!")
+    assert normalized("Hello, World!") == "hello world" and normalized("line 0!") == "line 0"
