@@ -260,7 +260,8 @@ def run_batch(todo: Staged, models: list[ModelConfig], cfg: Any, store: TableSto
     follow_ray()
     over_http = [m for m in models if m.engine != "vllm"]
     endpoints = ensure(over_http, cfg.serving, verbose=cfg.verbose) if over_http else {}
-    models_in_use(cfg.run_dir, models, endpoints)  # RUN_DIR/run.json: model files, engines, cluster
+    # RUN_DIR/run.json: model files, engines (vLLM models: its processor in this job), cluster
+    models_in_use(cfg.run_dir, models, endpoints, batch=tuple(m for m in models if m.engine == "vllm"))
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.verbose_stats_logs = False

@@ -30,7 +30,8 @@ from serving.versions import VLLM_VERSION
 
 log = logging.getLogger(__name__)
 
-__all__ = ["begin", "cpu_engine_state", "end", "engine_state", "llama_cpp_build", "models_in_use", "weights_of"]
+__all__ = ["begin", "cpu_engine_state", "end", "engine_state", "llama_cpp_build", "models_in_use", "vllm_state",
+           "weights_of"]
 
 
 def llama_cpp_build() -> str:
@@ -99,11 +100,16 @@ def engine_state(endpoint: Endpoint) -> dict[str, Any]:
     if model.provider == "openai":
         return {"engine": "external API", "base_url": endpoint.base_url}
     if model.engine == "vllm":
-        # The driver's vLLM where it has one; else the version Ray's LLM image pins (the nodes run it).
-        found = provenance.versions().get("vllm")
-        return {"engine": "vllm", "version": found or f"{VLLM_VERSION} (the pin in serving/versions.py; "
-                "no vLLM on the driver to ask)", "via": "ray.serve.llm"}
+        return vllm_state("ray.serve.llm")
     return cpu_engine_state(endpoint.base_url)
+
+
+def vllm_state(via: str) -> dict[str, Any]:
+    """vLLM and its version: the driver's where it has one; else the version Ray's LLM image pins
+    (the nodes run it). `via`: the Ray module that runs it (`ray.serve.llm`, `ray.data.llm`)."""
+    found = provenance.versions().get("vllm")
+    return {"engine": "vllm", "version": found or f"{VLLM_VERSION} (the pin in serving/versions.py; "
+            "no vLLM on the driver to ask)", "via": via}
 
 
 def cpu_engine_state(base_url: str) -> dict[str, Any]:
@@ -126,14 +132,16 @@ def _cluster() -> dict[str, Any] | None:
 
 
 def models_in_use(run_dir: str | Path, models: list[ModelConfig], endpoints: dict[str, Endpoint] | None,
-                  when: str = "stage start") -> None:
-    """Record each model file, the engine serving each model and the cluster in this attempt."""
+                  when: str = "stage start", batch: tuple[ModelConfig, ...] = ()) -> None:
+    """Record each model file, the engine serving each model and the cluster in this attempt.
+    `batch`: models run by `ray.data.llm`'s vLLM processor inside the job, with no endpoint."""
     try:
         records = {m.name: provenance.model_record(m, weights_of(m), _package_version(m)) for m in models}
         provenance.record_models(run_dir, records)
         looks = {name: engine_state(ep) for name, ep in (endpoints or {}).items()}
         for name, ep in (endpoints or {}).items():
             looks[name]["base_url"] = ep.base_url  # where `end` asks again
+        looks.update({m.name: vllm_state("ray.data.llm") for m in batch})
         cluster = _cluster()
 
         def add(attempt: dict[str, Any]) -> None:

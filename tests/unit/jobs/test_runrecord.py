@@ -96,6 +96,16 @@ def test_vllm_and_external_models_name_their_engine():
                                                                    "base_url": "https://api.example.org/v1"}
 
 
+def test_a_model_run_by_ray_data_llm_names_vllm_through_its_processor(tmp_path):
+    vllm = ModelConfig(name="v", display_name="V", family="f", provider="serve", engine="vllm", source="Org/V",
+                       locality="local")
+    runrecord.begin(tmp_path, "generate")
+    runrecord.models_in_use(tmp_path, [vllm], {}, batch=(vllm,))
+    (look,) = json.loads((tmp_path / RUN_FILE).read_text())["attempts"][-1]["engines"]["v"]
+    assert look["engine"] == "vllm" and look["via"] == "ray.data.llm" and look["version"]
+    assert look["seen_at"] == "stage start" and "base_url" not in look
+
+
 def test_the_llama_cpp_build_is_the_binarys_version_or_why_not(monkeypatch, tmp_path):
     fake = tmp_path / "llama-server"
     fake.write_text("#!/bin/sh\necho 'version: 7 (abc1234)' >&2\necho 'built with cc for x86_64' >&2\n")
