@@ -53,11 +53,13 @@ def job_env() -> dict[str, str]:
     return env
 
 
-def run_job(module: str, *overrides: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
-    """Run `python -m <module> overrides...` from the repo root, as a user would."""
+def run_job(module: str, *overrides: str, timeout: float = 600, check: bool = True,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m <module> overrides...` from the repo root, as a user would. `env`: variables
+    set over `job_env()`'s (joining a shared cluster: `tests/integration/shared_cluster.py`)."""
     proc = subprocess.run(
         [sys.executable, "-m", module, *overrides],
-        cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT, env={**job_env(), **(env or {})}, capture_output=True, text=True, timeout=timeout,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"{module} exited {proc.returncode}\nSTDOUT:\n{proc.stdout[-4000:]}\nSTDERR:\n{proc.stderr[-6000:]}")

@@ -15,11 +15,11 @@ from tests.conftest import run_job
 pytestmark = pytest.mark.integration
 
 
-def test_posts_become_cards_or_rows_with_a_reason(tmp_path):
+def test_posts_become_cards_or_rows_with_a_reason(tmp_path, hosted):
     run_dir = tmp_path / "run"
     args = ("jobs.pipeline", "experiment=arena_demo", "dataset=arena_counselchat_demo", "dataset.limit=2",
-            "steps=[cards]", f"run_dir={run_dir}", "serving.port=8134", "max_failed_fraction=1.0")
-    first = run_job(*args)
+            "steps=[cards]", f"run_dir={run_dir}", "max_failed_fraction=1.0", *hosted.overrides)
+    first = run_job(*args, env=hosted.env)
     cards = pd.read_parquet(run_dir / "cards")
     assert len(cards) == 2 and set(cards["extractor"]) == {"gemma3-270m"}
     assert set(cards["status"]) <= {"ok", "invalid", "parse_error", "error"}
@@ -31,5 +31,5 @@ def test_posts_become_cards_or_rows_with_a_reason(tmp_path):
         assert card.rendered and card.prompt_tokens > 0
     assert "cards: 2 post(s)" in first.stdout
 
-    again = run_job(*args, "retry_failed=false")  # failed cards are not asked again either
+    again = run_job(*args, "retry_failed=false", env=hosted.env)  # failed cards are not asked again either
     assert "0 to extract" in again.stdout

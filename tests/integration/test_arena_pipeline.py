@@ -23,17 +23,18 @@ ROLES = {"arena_client": "client", "arena_supervisor": "supervisor", "arena_coun
 
 
 @pytest.fixture(scope="module")
-def arena_run(tmp_path_factory):
+def arena_run(tmp_path_factory, hosted):
     run_dir = tmp_path_factory.mktemp("arena") / "run"
     # One card (the demo has two): both prompts, the loop and the report at half the suite's time.
     # A 270M base model may leave a counselor turn empty (it writes the client's next line, which
     # the cleaner drops): a failed row, not a crash. Four regenerations rather than the demo's two:
     # a CI run had one session fail after three tries, and the re-run, sending only that session,
     # failed it again (1 of 1 > max_failed_fraction), so the checks below never ran.
-    args = ("jobs.pipeline", "experiment=arena_demo", f"run_dir={run_dir}", "dataset.limit=1", "serving.port=8210",
-            "max_failed_fraction=0.5", "max_regenerations=4")
-    first = run_job(*args)
-    again = run_job(*args)
+    # On the shared cluster and its hosted bundled model (tests/integration/shared_cluster.py).
+    args = ("jobs.pipeline", "experiment=arena_demo", f"run_dir={run_dir}", "dataset.limit=1",
+            "max_failed_fraction=0.5", "max_regenerations=4", *hosted.overrides)
+    first = run_job(*args, env=hosted.env)
+    again = run_job(*args, env=hosted.env)
     return run_dir, first, again
 
 

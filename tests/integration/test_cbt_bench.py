@@ -25,12 +25,12 @@ FILES = {"cbt_cd": ("distortions_test.json", "distortions"), "cbt_pc": ("core_ma
 LIMIT, ZS_TOKENS, COT_TOKENS = 3, 24, 40
 
 
-def test_bundled_model_scores_cbt_bench_from_the_shared_files(tmp_path, shared_data):
+def test_bundled_model_scores_cbt_bench_from_the_shared_files(tmp_path, shared_data, hosted):
     run_dir = tmp_path / "run"
     args = [f"run_dir={run_dir}", f"benchmarks.limit={LIMIT}", f"benchmarks.max_tokens.zero_shot={ZS_TOKENS}",
             f"benchmarks.max_tokens.zero_shot_cot={COT_TOKENS}", f"benchmarks.cbt_bench.dir={shared_data / 'cbt-bench'}",
-            "benchmarks.answer_format=json", "serving.port=8131"]
-    proc = run_job("jobs.sqpsych.benchmarks", *args, timeout=900)
+            "benchmarks.answer_format=json", *hosted.overrides]
+    proc = run_job("jobs.sqpsych.benchmarks", *args, timeout=900, env=hosted.env)
     df = pd.read_parquet(run_dir / "bench_answers")
 
     assert len(df) == 3 * LIMIT * 2 and not df.duplicated(["task", "item_id", "model", "mode"]).any()
@@ -82,5 +82,5 @@ def test_bundled_model_scores_cbt_bench_from_the_shared_files(tmp_path, shared_d
     benchmark_section(run_dir, w)
     assert "CBT-FC" in w.html("t", "") and (run_dir / "report" / "tables" / "benchmark_scores.csv").is_file()
 
-    again = run_job("jobs.sqpsych.benchmarks", *args)
+    again = run_job("jobs.sqpsych.benchmarks", *args, env=hosted.env)
     assert f"{len(df)} already written, 0 to ask" in again.stdout

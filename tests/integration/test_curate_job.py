@@ -17,13 +17,13 @@ pytestmark = pytest.mark.integration
 TAXONOMY_IDS = {c["id"] for c in yaml.safe_load((ROOT / "conf" / "taxonomy" / "conditions.yaml").read_text())["conditions"]}
 
 
-def test_bundled_labeler_labels_shared_contexts_and_rerun_resumes(shared_data, tmp_path):
+def test_bundled_labeler_labels_shared_contexts_and_rerun_resumes(shared_data, tmp_path, hosted):
     """8 contexts of each source labeled by gemma3-270m under the JSON schema: every row is
     there, with 1-3 taxonomy ids or a failure status and its reason; report counts add up."""
     run_dir = tmp_path / "run"
-    args = [f"run_dir={run_dir}", "limit_per_source=8", "serving.port=8126",
+    args = [f"run_dir={run_dir}", "limit_per_source=8", *hosted.overrides,
             "labeling.generation.max_tokens=40", "split.dev_size=5", "split.seed=1"]
-    proc = run_job("jobs.mentalbench.curate", *args, timeout=300)
+    proc = run_job("jobs.mentalbench.curate", *args, timeout=300, env=hosted.env)
     assert "16 to label with gemma3-270m" in proc.stdout and "Most common label combinations" in proc.stdout
 
     df = pd.read_parquet(run_dir / "contexts")
@@ -56,7 +56,7 @@ def test_bundled_labeler_labels_shared_contexts_and_rerun_resumes(shared_data, t
     assert len(pd.read_parquet(run_dir / "contexts.parquet")) == 16
 
     # Resume: the same run directory labels nothing again (and needs no cluster for that).
-    again = run_job("jobs.mentalbench.curate", *args, "retry_failed=false", timeout=120)
+    again = run_job("jobs.mentalbench.curate", *args, "retry_failed=false", timeout=120, env=hosted.env)
     assert "16 already written, 0 to label" in again.stdout
 
 

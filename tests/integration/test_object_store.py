@@ -18,8 +18,7 @@ pytestmark = pytest.mark.integration
 
 PREFIX = "runs/demo/001"
 CHAIN = ("experiment=mentalbench_demo", "dataset.limit=2", "steps=[generate,judge,report]",
-         "judges=[gemma3-270m]", "generation.max_tokens=16", "judge_generation.max_tokens=120",
-         "serving.port=8133")
+         "judges=[gemma3-270m]", "generation.max_tokens=16", "judge_generation.max_tokens=120")
 
 
 def _keys(client) -> list[str]:
@@ -62,9 +61,9 @@ def store(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def first_run(store):
+def first_run(store, hosted):
     uri, client, _ = store
-    proc = run_job("jobs.pipeline", *CHAIN, f"run_dir={uri}")
+    proc = run_job("jobs.pipeline", *CHAIN, f"run_dir={uri}", *hosted.overrides, env=hosted.env)
     return proc, _keys(client)
 
 
@@ -91,10 +90,10 @@ def test_every_table_and_the_report_land_in_the_bucket(store, first_run):
     assert not any(cache.iterdir())
 
 
-def test_a_rerun_resumes_from_the_bucket_and_sends_nothing(store, first_run):
+def test_a_rerun_resumes_from_the_bucket_and_sends_nothing(store, first_run, hosted):
     uri, client, _ = store
     _, keys = first_run
-    proc = run_job("jobs.pipeline", *CHAIN, f"run_dir={uri}")
+    proc = run_job("jobs.pipeline", *CHAIN, f"run_dir={uri}", *hosted.overrides, env=hosted.env)
     after = _keys(client)
     for table in ("contexts", "responses", "scores"):
         assert _parts(after, table) == _parts(keys, table), table  # no new part: nothing re-sent

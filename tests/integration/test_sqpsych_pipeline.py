@@ -16,10 +16,10 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def sqpsych_run(tmp_path_factory):
+def sqpsych_run(tmp_path_factory, hosted):
     run_dir = tmp_path_factory.mktemp("sqpsych") / "run"
     proc = run_job("jobs.pipeline", "experiment=sqpsych_demo", f"run_dir={run_dir}", "dataset.limit=2", "max_turns=4",
-                   "min_turns=2", "benchmarks.limit=1", "serving.port=8171")
+                   "min_turns=2", "benchmarks.limit=1", *hosted.overrides, env=hosted.env)
     return run_dir, proc
 
 

@@ -19,12 +19,12 @@ from tests.conftest import run_job
 pytestmark = pytest.mark.integration
 
 
-def test_two_point_sweep_on_the_bundled_model(tmp_path):
+def test_two_point_sweep_on_the_bundled_model(tmp_path, hosted):
     sweep = tmp_path / "sweep"
     proc = run_job("jobs.pipeline", "-m", "experiment=mentalbench_demo", "generation.temperature=0.2,0.7",
                    "dataset.limit=2", "steps=[generate,judge]", "judges=[gemma3-270m]",
-                   "generation.max_tokens=16", "judge_generation.max_tokens=120", "serving.port=8129",
-                   f"hydra.sweep.dir={sweep}", timeout=900)
+                   "generation.max_tokens=16", "judge_generation.max_tokens=120", *hosted.overrides,
+                   f"hydra.sweep.dir={sweep}", timeout=900, env=hosted.env)
 
     points = sorted(p for p in sweep.iterdir() if p.is_dir())
     assert len(points) == 2
