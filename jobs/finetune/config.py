@@ -3,7 +3,7 @@ and the job's own keys (`conf/finetune.yaml`), validated once in `main`."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -23,10 +23,16 @@ class ModelShape(StrictModel):
     vocab: int = Field(ge=1, description="vocab_size (the logits' width).")
 
 
+TRAINERS = ("ray_torch", "llamacpp")
+
+
 class FinetuneRecipe(StrictModel):
     """One fine-tune recipe: base model, hyperparameters, how it is sharded, the plan's assumptions."""
 
     name: str = Field(description="The recipe's name, recorded with every fine-tune.")
+    trainer: Literal["ray_torch", "llamacpp"] = Field(
+        "ray_torch", description="ray_torch: Ray Train's TorchTrainer with the HF Trainer (GPUs; the `train` extra); "
+        "llamacpp: llama.cpp's own training path on the CPU, from a GGUF (jobs/finetune/cpu.py; no torch).")
     base_model: str = Field(description="The base checkpoint: a Hugging Face id or a local folder.")
     family: str = Field("unknown", description="The base model's family, written into each fine-tuned model file.")
     base_revision: str | None = Field(None, description="A hub commit that pins the base (null: not pinned).")
@@ -58,6 +64,18 @@ class FinetuneRecipe(StrictModel):
     storage_path: str | None = Field(
         None, description="Where Ray Train persists checkpoints (null: RUN_DIR/finetune/ray); shared storage on "
         "a multi-node cluster.")
+    # The llamacpp trainer's keys (ignored by ray_torch).
+    base_sha256: str | None = Field(None, description="llamacpp: the base GGUF's sha256 (a file that differs is refused).")
+    chat_template: Literal["chatml"] = Field(
+        "chatml", description="llamacpp: how a dialogue is rendered for training; must be the served model's template.")
+    threads: int = Field(2, ge=1, description="llamacpp: CPU threads of the training process.")
+    max_steps: int | None = Field(None, ge=1, description="llamacpp: at most this many optimizer steps (one window "
+                                  "of max_seq_len tokens each); null: epochs x windows.")
+    serve_type: Literal["f32", "f16", "q8_0", "q4_k_m"] = Field(
+        "q8_0", description="llamacpp: the GGUF type the fine-tuned model (and the base beside it) is served in.")
+    progress_every: int = Field(1, ge=1, description="llamacpp: a progress line every N steps.")
+    serve_engine_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="llamacpp: engine_kwargs of the fine-tuned model files (the CPU engine's).")
     shape: ModelShape = Field(description="The base model's shape, for the memory rule.")
     tokens_per_s_per_gpu: float = Field(gt=0, description="The plan's throughput assumption (trained tokens/s per GPU).")
     gpu_memory_gb: float = Field(80, gt=0, description="One GPU's memory, for the plan's fit line.")
@@ -67,6 +85,12 @@ class FinetuneRecipe(StrictModel):
         unknown = sorted(set(self.unverified) - set(type(self).model_fields))
         if unknown:
             raise ValueError(f"unverified names {unknown}, which are not fields of the recipe")
+        if self.trainer == "llamacpp" and self.loss_on != "all":
+            raise ValueError("trainer llamacpp trains on every token (llama.cpp's labels cannot be masked): "
+                             "set loss_on: all")
+        if self.trainer == "llamacpp" and self.max_seq_len % 256:
+            raise ValueError(f"trainer llamacpp: max_seq_len {self.max_seq_len} is its window, which llama.cpp "
+                             "pads to a multiple of 256: use 256, 512, ...")
         if self.global_batch_size % self.per_device_batch_size:
             raise ValueError(f"global_batch_size {self.global_batch_size} is not a multiple of per_device_batch_size "
                              f"{self.per_device_batch_size}")

@@ -31,8 +31,10 @@ from cluster.connect import connect
 from jobs.core.configfiles import validated
 from jobs.core.modelconfig import ModelConfig
 from jobs.finetune.config import FinetuneConfig, FinetuneRecipe
+from jobs.finetune.cpu import convert_base, fit_cpu
 from jobs.finetune.data import portion_name, prepare, summary
 from jobs.finetune.plan import plan_portion, plan_text
+from jobs.finetune.losscurve import write_loss_outputs
 from jobs.finetune.trainer import FitResult, fit
 
 log = logging.getLogger("jobs.finetune")
@@ -40,6 +42,7 @@ log = logging.getLogger("jobs.finetune")
 FINETUNE_DIR = Path("finetune")
 MODEL_FILES_DIR = FINETUNE_DIR / "conf" / "model"
 RESULTS = FINETUNE_DIR / "results.json"
+BASE_KEY = "(base)"  # the results entry of the base served beside the fine-tunes (trainer llamacpp)
 PLAN = FINETUNE_DIR / "plan.json"
 STATUS_OK, STATUS_ERROR, STATUS_SKIPPED = "ok", "error", "skipped"
 
@@ -49,8 +52,28 @@ def model_name(recipe: FinetuneRecipe, portion: str) -> str:
     return f"{recipe.name}-{portion_name(portion)}".lower().replace("_", "-")
 
 
+def base_name(recipe: FinetuneRecipe) -> str:
+    """The model file's name of the base served beside its fine-tunes (trainer llamacpp)."""
+    return f"{recipe.name}-base".lower().replace("_", "-")
+
+
+def cpu_model_file(recipe: FinetuneRecipe, display: str, gguf: str) -> dict[str, Any]:
+    """A model file served by the CPU engine from a GGUF the step wrote (trainer llamacpp)."""
+    return {"display_name": display, "family": recipe.family, "provider": "serve", "engine": "llamacpp",
+            "source": gguf, "tokenizer": gguf, "locality": "local", "params_b": recipe.shape.params_b,
+            "engine_kwargs": dict(recipe.serve_engine_kwargs),
+            "resources": {"num_cpus": 1.0, "min_replicas": 1, "max_replicas": 1, "max_ongoing_requests": 64},
+            "generation": {"temperature": 0.7, "top_p": 0.95, "max_tokens": 512, "seed": 0},
+            "concurrency": int(recipe.serve_engine_kwargs.get("n_parallel", 4)), "timeout_s": 300,
+            "max_retries": 3}
+
+
 def model_file(recipe: FinetuneRecipe, portion: str, model_dir: str) -> dict[str, Any]:
     """The model file of a finished fine-tune, checked as the loader checks conf/model/ files."""
+    if recipe.trainer == "llamacpp":
+        body = cpu_model_file(recipe, f"{recipe.name} on {portion}", model_dir)
+        validated(ModelConfig, {**body, "name": model_name(recipe, portion)}, f"the model file of {portion}")
+        return body
     body = {
         "display_name": f"{recipe.name} on {portion}", "family": recipe.family, "provider": "serve",
         "engine": "vllm", "source": model_dir, "locality": "local", "params_b": recipe.shape.params_b,
@@ -66,9 +89,23 @@ def model_file(recipe: FinetuneRecipe, portion: str, model_dir: str) -> dict[str
 def write_model_file(run_dir: Path, recipe: FinetuneRecipe, portion: str, model_dir: str) -> Path:
     path = run_dir / MODEL_FILES_DIR / f"{model_name(recipe, portion)}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
+    served = "the CPU engine from the GGUF it wrote" if recipe.trainer == "llamacpp" else "vLLM from the finished model's folder"
     head = (f"# {recipe.name} fine-tuned on the {portion} portion ({recipe.base_model}, python -m jobs.finetune);\n"
-            f"# served by vLLM from the finished model's folder. Name it with hydra.searchpath=[file://{run_dir.resolve() / FINETUNE_DIR / 'conf'}].\n")
+            f"# served by {served}. Name it with hydra.searchpath=[file://{run_dir.resolve() / FINETUNE_DIR / 'conf'}]\n"
+            "# or EVALCLUSTER_SEARCHPATH (the pipeline's finetune step sets it for the later steps).\n")
     path.write_text(head + yaml.safe_dump(model_file(recipe, portion, model_dir), sort_keys=False), encoding="utf-8")
+    return path
+
+
+def write_base_file(run_dir: Path, recipe: FinetuneRecipe, gguf: str) -> Path:
+    """The base's model file (trainer llamacpp): served in the fine-tunes' type, so that its rows
+    and theirs differ by the training only."""
+    path = run_dir / MODEL_FILES_DIR / f"{base_name(recipe)}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = cpu_model_file(recipe, f"{recipe.name} base (not fine-tuned)", gguf)
+    validated(ModelConfig, {**body, "name": base_name(recipe)}, "the base's model file")
+    path.write_text(f"# The base of {recipe.name} ({recipe.base_model}) in the fine-tunes' serving type "
+                    f"{recipe.serve_type}, not fine-tuned.\n" + yaml.safe_dump(body, sort_keys=False), encoding="utf-8")
     return path
 
 
@@ -86,10 +123,23 @@ def write_results(run_dir: Path, results: dict[str, Any]) -> None:
 
 
 def outcome(result: FitResult, model_path: Path) -> dict[str, Any]:
+    extra = {k: result.metrics[k] for k in ("tokens", "windows", "train_s", "tokens_per_s", "steps_per_s", "resumed_at")
+             if k in result.metrics}
     return {"status": STATUS_OK, "model_file": str(model_path), "model_dir": result.model_dir,
-            "steps": result.metrics.get("step"), "examples": result.metrics.get("examples"),
+            "model": model_path.stem, "steps": result.metrics.get("step"), "examples": result.metrics.get("examples"),
             "first_loss": result.losses[0][1] if result.losses else None,
-            "final_loss": result.losses[-1][1] if result.losses else None}
+            "final_loss": result.losses[-1][1] if result.losses else None, **extra,
+            "losses": [[int(step), float(loss)] for step, loss in result.losses]}
+
+
+def fit_portion(cfg: FinetuneConfig, run_dir: Path, model: str, p: dict[str, Any]) -> FitResult:
+    """One portion's fine-tune on the recipe's trainer."""
+    recipe = cfg.finetune
+    name = model_name(recipe, model)
+    if recipe.trainer == "llamacpp":
+        return fit_cpu(name, run_dir / p["file"], recipe, run_dir / FINETUNE_DIR / name)
+    storage = recipe.storage_path or str(run_dir / FINETUNE_DIR / "ray")
+    return fit(name, p["records"], recipe, storage)
 
 
 def run(cfg: FinetuneConfig) -> int:
@@ -116,12 +166,11 @@ def run(cfg: FinetuneConfig) -> int:
         else:
             todo[model] = p
     write_results(run_dir, results)
-    if todo:
+    if todo and recipe.trainer == "ray_torch":
         print(f"cluster: {connect(cfg.cluster, verbose=cfg.verbose, log_dir=run_dir)}", flush=True)
-    storage = recipe.storage_path or str(run_dir / FINETUNE_DIR / "ray")
     for model, p in todo.items():
         try:
-            result = fit(model_name(recipe, model), p["records"], recipe, storage)
+            result = fit_portion(cfg, run_dir, model, p)
         except Exception as exc:  # noqa: BLE001 - one portion's failure is its row; the others still train
             log.info("fine-tune of %s failed", model, exc_info=exc)
             results[model] = {"status": STATUS_ERROR, "error": f"{type(exc).__name__}: {exc}"}
@@ -132,4 +181,17 @@ def run(cfg: FinetuneConfig) -> int:
             print(f"finetune: {model}: {result.metrics.get('step')} steps, loss {results[model]['first_loss']} -> "
                   f"{results[model]['final_loss']}; model file {path}", flush=True)
         write_results(run_dir, results)
+    if recipe.trainer == "llamacpp" and any(r.get("status") == STATUS_OK for r in results.values()):
+        results[BASE_KEY] = base_outcome(run_dir, recipe)
+        write_results(run_dir, results)
+    write_loss_outputs(run_dir, results)
     return 1 if any(r.get("status") == STATUS_ERROR for r in results.values()) else 0
+
+
+def base_outcome(run_dir: Path, recipe: FinetuneRecipe) -> dict[str, Any]:
+    try:
+        gguf = convert_base(recipe, run_dir / FINETUNE_DIR / base_name(recipe) / "model.gguf")
+    except Exception as exc:  # noqa: BLE001 - the base's row says why; the fine-tunes stand
+        return {"status": STATUS_ERROR, "error": f"{type(exc).__name__}: {exc}"}
+    path = write_base_file(run_dir, recipe, str(gguf.resolve()))
+    return {"status": STATUS_OK, "model_file": str(path), "model": path.stem, "model_dir": str(gguf)}
