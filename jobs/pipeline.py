@@ -36,9 +36,9 @@ from jobs.import_ratings import run_from_dict
 BUILTIN_STEPS = ("import_ratings", "report")
 
 
-def step_runner(method: str | None, step: str) -> Callable[[Any], int]:
+def step_runner(method: str | None, step: str) -> Callable[[Any], Any]:
     """The job a step names, from the method's registry entry (`conf/method/<method>.yaml`):
-    `run(cfg) -> exit code`."""
+    `run(cfg) -> exit code`, or `(exit code, the config of the later steps)`."""
     if not method:
         raise ConfigError(f"steps: {step!r} needs the experiment's `method` (known: {', '.join(known_methods())}); "
                           f"the built-in steps are {list(BUILTIN_STEPS)}")
@@ -61,6 +61,9 @@ def run(cfg: ChainConfig) -> int:
         if step in runners:
             print(f"== {step} ==", flush=True)
             code = runners[step](cfg)
+            if isinstance(code, tuple):
+                # A step that makes models (finetune) hands the later steps a config naming them.
+                code, cfg = code
             if code == 1:
                 # Failures past max_failed_fraction: they are rows, so the later steps still work
                 # on what succeeded; the chain's exit code says so at the end.

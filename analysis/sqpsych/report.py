@@ -24,6 +24,7 @@ from analysis.columns import AVERAGE_LABEL, HUMAN_LABEL, N
 from analysis.scores import load_scores
 from analysis.sqpsych import agreement as ag
 from analysis.sqpsych.benchmarks import benchmark_section
+from analysis.sqpsych.finetune import finetune_section
 from analysis.sqpsych import fidelity as fd
 from analysis.sqpsych import panel as pn
 from analysis.sqpsych.panel_tables import paper_panels
@@ -333,6 +334,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *,
                            "questions the fine-tuned model (model_a) won, drew and lost against each baseline.")
     _benchmarks(w, run_dir)
     _export(w, run_dir)
+    finetune_section(w, run_dir)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     header = (f'<p class="note">Generated {stamp} from <code>{html.escape(str(run_dir))}</code>; '
               f"tables as CSV and Markdown in <code>tables/</code>, figures in <code>figures/</code>.</p>"

@@ -9,6 +9,8 @@ names as the other methods where the meaning is the same: `models` (the therapis
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from jobs.import_ratings_config import RatingsImportConfig
@@ -34,6 +36,11 @@ class SQPsychConfig(SynthesizeConfig, FidelityConfig, PreferenceConfig, SingleTu
         None, description="Human expert scores of the dialogues to import (conf/ratings/sqpsych_experts.yaml), or None."
     )
     export: ExportConfig = Field(default_factory=ExportConfig, description="How dialogues become JSONL examples.")
+    finetune: dict[str, Any] | None = Field(
+        None, description="The `finetune` step's recipe (conf/finetune/<name>.yaml), validated by that step "
+        "(jobs/finetune/step.py); None: no finetune step.")
+    finetune_portions: list[str] | None = Field(
+        None, description="The exported portions (therapist models) the finetune step trains on; None: every one.")
     steps: list[str] = Field(default_factory=lambda: list(STEPS), description="The chain's steps, in order.")
 
 
