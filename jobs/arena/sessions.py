@@ -52,6 +52,7 @@ from jobs.dialogue import (
     AgentSpec, DialogueRules, DialogueSpec, Phase, RevisionStep, check_dialogues, run_dialogues, strictest,
 )
 from jobs.core.schemas import DIALOGUES, STATUS_ERROR, STATUS_OK, TURNS
+from jobs.core.memory import release_free_memory
 from jobs.core.store import TableStore
 from jobs.core.configfiles import ConfigError, find_file, load_model
 from jobs.core.rundir import check_writable, record_inputs
@@ -69,6 +70,7 @@ LABELS = {CLIENT: "Client", COUNSELOR: "Counselor"}
 RECORD_JOB = "sessions"
 # What build_specs reads of a card.
 CARD_COLUMNS = ("rendered", "theme", "topic", "sensitivity", "status")
+ROWS_SLICE = 200  # ended dialogues read (with their turns) and written as sessions at a time
 
 
 class SessionsConfig(ArenaRunConfig):
@@ -360,15 +362,22 @@ def write_session_rows(plans: list[SessionPlan], cards: pd.DataFrame, cfg: Sessi
     todo = {p.session_id: p for p in plans if p.session_id not in have}
     if not todo:
         return 0
-    # The ended dialogues of these plans only: the table holds every earlier iteration's too.
-    dialogues = TableStore(run_dir, DIALOGUES).read(only={"dialogue_id": set(todo)})
     planned_phases = round_phases(load_phases(cfg.phases, cfg.rounds), cfg.rounds)
     by_card = _card_lookup(cards)
-    rows = [session_row(todo[d["dialogue_id"]], d, by_card.get(todo[d["dialogue_id"]].card_id), cfg,
-                        planned_phases, run_dir.name)
-            for d in dialogues.to_dict("records")]
-    sessions.append(rows)
-    return len(rows)
+    written = 0
+    # The ended dialogues of these plans only (the table holds every earlier iteration's too), a
+    # slice of them at a time, each slice's rows a part: a slice's turns are all the driver holds.
+    ids = list(todo)
+    for start in range(0, len(ids), ROWS_SLICE):
+        dialogues = TableStore(run_dir, DIALOGUES).read(only={"dialogue_id": ids[start:start + ROWS_SLICE]})
+        rows = [session_row(todo[d["dialogue_id"]], d, by_card.get(todo[d["dialogue_id"]].card_id), cfg,
+                            planned_phases, run_dir.name)
+                for d in dialogues.to_dict("records")]
+        sessions.append(rows)
+        written += len(rows)
+        del dialogues, rows
+    release_free_memory()
+    return written
 
 
 def run(cfg: SessionsConfig) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from cluster.config import ClusterConfig
@@ -261,6 +262,29 @@ def test_a_session_that_fails_midway_keeps_its_rounds_and_says_where_it_stopped(
     assert row["error"] == "stopped after round 1 of 3 (turn 3): turn 4 (counselor, m1): HTTP 500"
     assert len(row["turns"]) == 3 and row["phases"] == ["trust_building"] and row["ended_by"] == "error"
     TableStore(tmp_path / "run", SESSIONS, writer=True).append([row])
+
+
+def test_session_rows_are_written_a_slice_of_dialogues_at_a_time_from_these_plans_only(tmp_path, conf, monkeypatch):
+    import jobs.arena.sessions as sessions_mod
+
+    monkeypatch.setattr(sessions_mod, "ROWS_SLICE", 2)
+    run_dir = tmp_path / "run"
+    plans = [SessionPlan(session_id=session_id(f"c{i}", "m1", "vanilla", 0), card_id=f"c{i}", counselor="m1",
+                         variant="vanilla", iteration=0, counselor_prompt="P") for i in range(5)]
+    # the dialogues of the five plans, and one of an earlier run's session that is not planned
+    TableStore(run_dir, DIALOGUES, writer=True).append(
+        [{"dialogue_id": p.session_id, "turns": _turns(2), "ended_by": "cap", "status": "ok", **CALLS}
+         for p in plans] + [{"dialogue_id": "other|m1|vanilla|it0", "turns": _turns(2), "status": "ok"}])
+    store = TableStore(run_dir, SESSIONS, writer=True)
+    store.append([session_row(plans[0], {"turns": _turns(2), "ended_by": "cap", "status": "ok", **CALLS}, None,
+                              _cfg(tmp_path, rounds=1), ["trust_building"], "run1")])  # written before
+    cards = pd.DataFrame({"card_id": [f"c{i}" for i in range(5)], "theme": "emotion", "topic": "t"})
+    n = sessions_mod.write_session_rows(plans, cards, _cfg(tmp_path, rounds=1), store)
+    assert n == 4  # c1..c4: c0 had its row
+    got = store.read()
+    assert sorted(got["session_id"]) == sorted(p.session_id for p in plans)
+    assert len(store.parts()) == 1 + 2  # the earlier part, then c1-c2 and c3-c4
+    assert all([t["turn"] for t in turns] == [1, 2] for turns in got["turns"])
 
 
 def test_transcript_is_client_and_counselor_lines_in_turn_order():
