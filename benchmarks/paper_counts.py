@@ -41,16 +41,15 @@ import os
 import re
 import shutil
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
 
 from benchmarks.endpoint import Endpoint
-from benchmarks.harness import (MODEL, REPO, _processes, _TreeWatch, _vm_kb, compare, machine, rss_at_fractions,
-                                run_bare, run_cli, save, write_model_dir)
+from benchmarks.harness import (MODEL, REPO, compare, machine, rss_at_fractions, run_bare, run_cli, save,
+                                write_model_dir)
+from benchmarks.jobwatch import JobWatch, cpu_by_role
 from benchmarks.scripted import Script
 
 OUT = REPO / "docs" / "benchmarks" / "paper_counts.json"
@@ -134,23 +133,6 @@ def largest_part(run_dir: Path) -> dict[str, Any]:
             "largest_mb": round(size / 2**20, 2), "largest_table": path.parent.relative_to(run_dir).as_posix()}
 
 
-def _descendants(root: int) -> dict[int, list[str]]:
-    """pid -> command line of every process under `root` (Linux)."""
-    procs = _processes()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in procs.items():
-        children.setdefault(ppid, []).append(pid)
-    out, todo = {}, list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        try:
-            out[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        todo.extend(children.get(pid, []))
-    return out
-
-
 def in_window(timeline: list[tuple[float, float, float]], first: float, last: float) -> dict[str, float | None]:
     """From (time, job CPU seconds, driver RSS MB) samples: the CPU spent between `first` and
     `last` (each end interpolated between the samples around it), the driver's RSS at the last
@@ -173,94 +155,6 @@ def in_window(timeline: list[tuple[float, float, float]], first: float, last: fl
             "rss_peak_after_last_call_s": round(peak[0] - last, 1) if peak else None}
 
 
-class JobWatch:
-    """The job under this process (`python -m jobs.pipeline`, our child) every `every_s` seconds:
-    its CPU (with every process under it, `_TreeWatch`) and its driver's RSS against the clock, and
-    its embedded cluster's object store, asked of the raylet under it as `ray memory --stats-only`
-    asks (GetNodeStats)."""
-
-    def __init__(self, every_s: float = 1.0):
-        self.every_s = every_s
-        self.timeline: list[tuple[float, float, float]] = []  # (time, job CPU s, driver RSS MB)
-        self.samples = 0
-        self.peak_used = 0
-        self.capacity = 0
-        self.spilled = 0
-        self.spilled_objects = 0
-        self.fallback_peak = 0
-        self.created = 0
-        self.session: Path | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> "JobWatch":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _connect(self) -> None:
-        """Ray's client side, as `ray memory` sets it up: the local cluster's token authentication
-        (the job's embedded cluster uses it), enabled here only once the job is running, so that
-        the job's own environment is what a user's is."""
-        from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
-        from ray._private.internal_api import node_stats
-
-        maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
-        self._node_stats = node_stats
-
-    def _raylet(self, procs: dict[int, list[str]]) -> tuple[str, int] | None:
-        for argv in procs.values():
-            if not argv[0].endswith("/raylet"):
-                continue
-            opts = dict(a[2:].split("=", 1) for a in argv[1:] if a.startswith("--") and "=" in a)
-            self.session = Path(opts["raylet_socket_name"]).parents[1]
-            log = self.session / "logs" / "raylet.out"
-            port = re.search(r"NodeManager server started, listening on port (\d+)", log.read_text(errors="replace"))
-            if port:
-                return opts["node_ip_address"], int(port[1])
-        return None
-
-    def _loop(self) -> None:
-        where, tree = None, None
-        while not self._stop.wait(self.every_s):
-            try:
-                if tree is None or where is None:
-                    procs = _descendants(os.getpid())
-                    job = next((pid for pid, argv in procs.items() if "jobs.pipeline" in argv), None)
-                    tree = tree or (_TreeWatch(job) if job else None)
-                    where = self._raylet(procs)
-                    if where is not None:
-                        self._connect()
-                if tree is not None:
-                    tree.sample()
-                    self.timeline.append((time.time(), tree.cpu_s(), (_vm_kb(tree.pid, "VmRSS") or 0) / 1024))
-                if where is None:
-                    continue
-                s = self._node_stats(*where, include_memory_info=False).store_stats
-            except Exception:  # noqa: BLE001 - the cluster is starting or gone: no sample this time
-                continue
-            self.samples += 1
-            self.peak_used = max(self.peak_used, s.object_store_bytes_used)
-            self.capacity = max(self.capacity, s.object_store_bytes_avail)
-            self.spilled, self.spilled_objects = s.spilled_bytes_total, s.spilled_objects_total
-            self.fallback_peak = max(self.fallback_peak, s.object_store_bytes_fallback)
-            self.created = s.cumulative_created_bytes
-
-    def store(self) -> dict[str, Any]:
-        logged = []
-        if self.session is not None:
-            for log in (self.session / "logs").glob("raylet*.out"):
-                logged += [int(x) for x in re.findall(r"Spilled (\d+) MiB", log.read_text(errors="replace"))]
-        mb = lambda b: round(b / 2**20, 1)  # noqa: E731
-        return {"samples": self.samples, "peak_used_mb": mb(self.peak_used), "capacity_mb": mb(self.capacity),
-                "spilled_mb": mb(self.spilled), "spilled_objects": self.spilled_objects,
-                "spilled_mb_in_raylet_log": max(logged, default=0), "fallback_peak_mb": mb(self.fallback_peak),
-                "created_mb": mb(self.created)}
-
-
 def one(method: str, scale: float, latency: float, concurrency: int, bare_calls: int | None, keep: Path | None,
         with_bare: bool = True) -> dict:
     overrides, script, extra = PLANS[method](scale)
@@ -272,9 +166,9 @@ def one(method: str, scale: float, latency: float, concurrency: int, bare_calls:
             add_models(models, extra)
             answered = lambda: int(ep.stats()["requests"])  # noqa: E731 - the driver's RSS against the calls
             load_start = os.getloadavg()[0]
-            with JobWatch() as watch:
+            with JobWatch(log=tmp / "pipeline.log", endpoint=ep.proc.pid, calls=answered) as watch:
                 run = run_cli("jobs.pipeline", [*overrides, f"hydra.searchpath=[file://{models}]",
-                                                f"run_dir={tmp / 'run'}"], tmp / "pipeline.log", timeout_s=3600,
+                                                f"run_dir={tmp / 'run'}"], tmp / "pipeline.log", timeout_s=3 * 3600,
                               progress=answered)
             load_end = os.getloadavg()[0]
             stats = ep.stats()
@@ -295,6 +189,13 @@ def one(method: str, scale: float, latency: float, concurrency: int, bare_calls:
             "job_wall_s": round(run["wall_s"], 2), "job_cpu_ms_per_call": round(1000 * run["cpu_s"] / n, 2),
             "driver_peak_rss_mb": run["driver_peak_rss_mb"]}
         in_calls = 1000 * window["cpu_s"] / n if window["cpu_s"] else None
+        steps = watch.step_table(run["started"])
+        # The watch resets the driver's high-water mark at each step: the run's peak is the steps' highest.
+        cmp["driver_peak_rss_mb"] = max([cmp.get("driver_peak_rss_mb") or 0, *(s["driver_rss_peak_mb"] for s in steps)])
+        by_role = cpu_by_role(watch.procs, calls["first"], calls["last"])
+        cpu_ms = {r: round(1000 * c / n, 3) for r, c in by_role.items() if c > 0}
+        ours = sum(c for r, c in by_role.items() if r != "endpoint")
+        bare_ms = cmp.get("bare_cpu_ms_per_call")
         out = {"method": method, "scale": scale, "overrides": overrides, "concurrency_per_model": concurrency,
                "capacity_one_model_rps": round(concurrency / latency, 1), "max_in_flight": stats["max_in_flight"],
                "capacity_at_max_in_flight_rps": round(stats["max_in_flight"] / latency, 1), **cmp,
@@ -302,6 +203,12 @@ def one(method: str, scale: float, latency: float, concurrency: int, bare_calls:
                "after_last_call_s": round(run["started"] + run["wall_s"] - calls["last"], 1),
                "job_cpu_ms_per_call_in_calls": round(in_calls, 2) if in_calls else None,
                "ratio_cpu_in_calls": round(cmp["bare_cpu_ms_per_call"] / in_calls, 3) if in_calls and bare else None,
+               # CPU ms per call between the first and last call, by process (the endpoint apart, not the job's)
+               "cpu_ms_per_call_by_process": cpu_ms,
+               "job_cpu_ms_per_call_by_process_sum": round(1000 * ours / n, 2),
+               "ratio_job_to_bare_cpu_per_call": round(1000 * ours / n / bare_ms, 3) if bare_ms else None,
+               # the steps as the pipeline printed them: wall, calls, CPU, the driver's and the store's peaks
+               "steps": steps,
                "driver_rss_mb_at_calls": rss_at_fractions(run["rss_by_progress"], n), "driver": window,
                # (seconds from the first call, driver RSS MB) every ~10 s: which step holds the memory
                "driver_rss_timeline": [(round(t - calls["first"]), round(mb)) for t, _, mb in watch.timeline[::10]],
