@@ -3,6 +3,7 @@
     python -m benchmarks.paper_counts --method sqpsych              # 2,090 dialogues (99,007 calls): 18-26 min
     python -m benchmarks.paper_counts --method arena --scale 0.25   # a quarter of the Ψ-Arena grid: ~12 min
     python -m benchmarks.paper_counts --method arena --scale 0.5 --no-bare   # the job alone: its rate, its memory
+    python -m benchmarks.paper_counts --method arena --bare-calls 20000   # the whole grid: ~20-60 min on 2 cores
     python -m benchmarks.paper_counts --method sqpsych --scale 0.02 --no-save   # a quick check, ~1 min
 
 Each method's pipeline as a user runs it (`python -m jobs.pipeline experiment=sqpsych|arena`, the
@@ -23,7 +24,10 @@ pointing at the loopback endpoint (`benchmarks.endpoint`, 50 ms a call, each mod
 Measured: the command's wall time; the calls the endpoint saw and their rate between the first and
 the last (from its record, `t`), against its capacity (a model's limit / the latency, and the most
 calls it saw in flight / the latency); the driver's peak RSS (`VmHWM`), its RSS at 10/50/100% of
-the calls and every ~10 s; the CPU of the job's process tree between the first and the last call;
+the calls and every ~10 s; the CPU of the job's process tree between the first and the last call,
+and per call by process (`cpu_ms_per_call_by_process`: the driver, the stage workers by name,
+Ray's daemons; the endpoint apart); per step as the pipeline prints them (`steps`: wall, calls,
+CPU, the driver's RSS peak and the object store's; `benchmarks.jobwatch`);
 the object store's peak use and bytes spilled, read every second from the job's raylet
 (`GetNodeStats`, what `ray memory --stats-only` reads) and checked against the raylet's log; the
 largest Parquet part under the run directory. Then the bare loop (`benchmarks.bareloop`) replays
