@@ -159,6 +159,23 @@ def in_window(timeline: list[tuple[float, float, float]], first: float, last: fl
             "rss_peak_after_last_call_s": round(peak[0] - last, 1) if peak else None}
 
 
+def audit_time(n: int) -> dict[str, Any]:
+    """SQPsych export's leakage audit over the first `n` of the cohort's dialogues as the endpoint's
+    script writes them (`benchmarks.leakage_audit.pairs`, the export's inputs at this count): its
+    wall and CPU seconds (the export runs it in the driver, one core)."""
+    import time
+
+    from benchmarks.leakage_audit import pairs
+    from jobs.sqpsych.leakage import longest_shared_run, words
+
+    texts = pairs(n)
+    t0, c0 = time.perf_counter(), time.process_time()
+    runs = [longest_shared_run(words(d), words(p)) for d, p in texts]
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"dialogues": len(texts), "audit_s": round(wall, 2), "audit_cpu_s": round(cpu, 2),
+            "longest_run_max": max(runs, default=0), "load_avg_1m": round(os.getloadavg()[0], 2)}
+
+
 def one(method: str, scale: float, latency: float, concurrency: int, bare_calls: int | None, keep: Path | None,
         with_bare: bool = True) -> dict:
     overrides, script, extra = PLANS[method](scale)
@@ -219,6 +236,8 @@ def one(method: str, scale: float, latency: float, concurrency: int, bare_calls:
                "object_store": watch.store(), "parquet": parquet, "by_model_and_kind": calls["groups"],
                "load_avg_1m": {"job_start": round(load_start, 2), "job_end": round(load_end, 2),
                                "bare_start": round(bare_load_start, 2), "bare_end": round(bare_load_end, 2)}}
+        if method == "sqpsych":  # the export's audit alone, on the same count's dialogues
+            out["leakage_audit"] = audit_time(max(1, round(SQPSYCH_CLIENTS * scale)))
         (tmp / "result.json").write_text(json.dumps(out, indent=1))
         return out
     finally:
@@ -237,7 +256,19 @@ def main() -> None:
     ap.add_argument("--no-bare", action="store_true", help="the job alone (its memory and rate), no bare loop")
     ap.add_argument("--keep", type=Path, default=None, help="copy the run directory and logs here")
     ap.add_argument("--no-save", action="store_true", help="print only; do not append to the JSON")
+    ap.add_argument("--audit-only", action="store_true",
+                    help="sqpsych: time the export's leakage audit at this count alone (no job, no endpoint)")
     args = ap.parse_args()
+    if args.audit_only:
+        if args.method != "sqpsych":
+            raise SystemExit("--audit-only times SQPsych's leakage audit: use it with --method sqpsych")
+        n = max(1, round(SQPSYCH_CLIENTS * args.scale))
+        record = {**machine(), "method": "sqpsych", "scale": args.scale, "leakage_audit": audit_time(n),
+                  "note": "the export's leakage audit alone, on the dialogues the loopback endpoint's script writes"}
+        if not args.no_save:
+            save(OUT, record)
+        print(json.dumps(record, indent=1))
+        return
 
     record = {**machine(), "latency_s": args.latency}
     r = one(args.method, args.scale, args.latency, args.concurrency, args.bare_calls or None, args.keep,

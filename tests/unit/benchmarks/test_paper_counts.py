@@ -55,3 +55,13 @@ def test_the_cpu_in_the_call_window_is_interpolated_between_samples_and_the_rss_
     # CPU 5.5 at 10.5 (half way from 5 to 6), 9.0 at 13.0; the RSS at 13.0; the peak 2 s after the last call
     assert got == {"cpu_s": 3.5, "rss_mb_at_last_call": 330.0, "rss_peak_mb": 500.0, "rss_peak_after_last_call_s": 2.0}
     assert in_window(timeline, 9.0, 13.0)["cpu_s"] is None  # no sample before the first call
+
+
+def test_the_audits_time_is_taken_on_the_counts_dialogues_and_finds_the_quadratic_routines_run():
+    from benchmarks.leakage_audit import pairs, quadratic_run
+    from benchmarks.paper_counts import audit_time
+    from jobs.sqpsych.leakage import words
+
+    got = audit_time(3)
+    assert got["dialogues"] == 3 and got["audit_cpu_s"] >= 0
+    assert got["longest_run_max"] == max(quadratic_run(words(d), words(p)) for d, p in pairs(3))
