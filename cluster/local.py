@@ -3,6 +3,7 @@
     python -m cluster.local start [--workers 2] [--cpus 1] [--object-store-gb 0.5] [--dir DIR]
     python -m cluster.local status [--dir DIR]
     python -m cluster.local kill-node 1 [--dir DIR]    # SIGKILL worker node 1's raylet and its workers
+    python -m cluster.local kill-head [--dir DIR]      # SIGKILL the head: its GCS, raylet and workers
     python -m cluster.local stop [--dir DIR]
 
 A head node with no task CPUs (`--num-cpus=0`: the jobs' stage actors, which ask for CPUs, and
@@ -152,6 +153,17 @@ class LocalCluster:
         pids = _descendants(set(node["pids"]))
         kill_pids(pids)
         node["killed"] = True
+        self.save()
+        return pids
+
+    def kill_head(self) -> set[int]:
+        """SIGKILL the head node: its GCS, raylet, object store and every worker it started (a
+        lost head machine). The worker nodes are left running without it, as on a real cluster
+        (their raylets give up on the GCS after a while); `stop` ends them. Returns the pids killed."""
+        head = self.nodes[0]
+        pids = _descendants(set(head["pids"]))
+        kill_pids(pids)
+        head["killed"] = True
         self.save()
         return pids
 
@@ -316,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--no-dashboard", action="store_true", help="no dashboard (then no `ray job submit`)")
     k = sub.add_parser("kill-node", help="SIGKILL a worker node (its raylet and workers)")
     k.add_argument("index", type=int)
+    sub.add_parser("kill-head", help="SIGKILL the head node (its GCS, raylet and workers)")
     sub.add_parser("status", help="the nodes Ray counts as alive")
     sub.add_parser("stop", help="end every process of the cluster")
     for q in (s, k, *sub.choices.values()):
@@ -345,6 +358,8 @@ def _run(a: argparse.Namespace) -> int:
     if a.cmd == "kill-node":
         pids = c.kill_node(a.index)
         print(f"killed worker node {a.index}: {len(pids)} process(es)")
+    elif a.cmd == "kill-head":
+        print(f"killed the head node: {len(c.kill_head())} process(es)")
     elif a.cmd == "status":
         print(f"{c.address}: {c.alive_nodes()} node(s) alive of {len(c.nodes)} started")
     else:

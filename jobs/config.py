@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field, field_validator
 from cluster.config import ClusterConfig
 from jobs.core import joblog
 from jobs.core.base import StrictModel
-from jobs.core.collect import WriteFailed, raise_on_sigterm
+from jobs.core.collect import ClusterLost, WriteFailed, on_cluster_lost, raise_on_sigterm
 from jobs.core.configfiles import ConfigError, data_path, find_file, validated
 from jobs.core.errors import SetupError, print_error
 from jobs.core.modelconfig import GenerationOverrides
@@ -289,6 +289,10 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
             runrecord.begin(run_dir, hydra_cfg.job.name)
             recording = True
         raise_on_sigterm()
+        # A lost head ends the driver from the row collector's thread (jobs.core.collect): the
+        # same line and record as a ClusterLost raised here.
+        on_cluster_lost(lambda lost, rec=recording: _end_lost(lost, lost_line(lost, run_dir, hydra_cfg, multirun),
+                                                               run_dir, rec))
         code = run(cfg)
     except (ConfigError, DataGovernanceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -298,6 +302,10 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
         error, code = str(exc), 2
     except (PreflightError, WriteFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        error, code = str(exc), 1
+    except ClusterLost as exc:  # no cluster left to run on: one line, with the command that resumes on a new one
+        print(lost_line(exc, run_dir, hydra_cfg, multirun), file=sys.stderr, flush=True)
+        logging.getLogger(__name__).info("the error's traceback", exc_info=exc)
         error, code = str(exc), 1
     except SetupError as exc:
         print_error(exc)
@@ -329,6 +337,23 @@ def run_entrypoint(raw: Any, model_cls: type[BaseModel], run: Callable[[Any], in
             sys.exit(code)  # interrupted: the user stops the sweep, not only this point
         return code
     sys.exit(code)
+
+
+def lost_line(lost: ClusterLost, run_dir: str | None, hydra_cfg: Any, multirun: bool) -> str:
+    """The one line for a job whose cluster is gone: what, what is written, the command that resumes."""
+    resume = sweep_resume_command(hydra_cfg.sweep.dir) if multirun else resume_command(run_dir)
+    return f"error: {' '.join(str(lost).split())}; resume: {resume}"
+
+
+def _end_lost(lost: ClusterLost, line: str, run_dir: str | None, recording: bool) -> None:
+    """The driver's end when its cluster's head is gone (`jobs.core.collect.end_driver` exits 1 after)."""
+    print(line, file=sys.stderr, flush=True)
+    logging.getLogger(__name__).info("the cluster's head is gone", exc_info=lost)
+    try:
+        if recording:
+            runrecord.end(run_dir, 1)
+    finally:
+        joblog.stop()
 
 
 def require_overrides(*keys: str, usage: str) -> None:

@@ -11,8 +11,9 @@ the job's own re-plan (a dialogue resumes after its written turns) or, by defaul
 whose key is not written yet. So a lost node costs the calls it had in flight and the rows its
 workers had answered but not yet handed over (at most `SINK_EVERY_S`), nothing more.
 
-Where the cluster itself is gone (its head), nothing can go on: `ClusterLost` says so, and a
-re-run on a fresh cluster resumes from the run directory, sending nothing already written.
+Where the cluster itself is gone (its head), nothing can go on: `ClusterLost` says so (the
+driver's collector finds it, `jobs.core.collect`), the job prints the command that resumes it,
+and that command on a fresh cluster sends nothing already written.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from jobs.core.collect import ClusterLost
 from jobs.core.store import TableStore
 from jobs.staged import Staged
 
@@ -41,10 +43,6 @@ class NodeLost(RuntimeError):
         self.result = result
 
 
-class ClusterLost(RuntimeError):
-    """The Ray cluster itself is gone (its head, or every node that can run the stage)."""
-
-
 def _node_loss_types() -> tuple[type[BaseException], ...]:
     import ray.exceptions as rex
 
@@ -55,6 +53,8 @@ def _node_loss_types() -> tuple[type[BaseException], ...]:
 
 def is_node_loss(exc: BaseException) -> bool:
     """Whether `exc` (or what it was raised from) is a worker or node that went away."""
+    if isinstance(exc, ClusterLost):  # the head: no node left to go on with
+        return False
     types = _node_loss_types()
     seen = set()
     while exc is not None and id(exc) not in seen:

@@ -201,7 +201,10 @@ class ChatStage:
             await self._settle()
             await self._put(answer=True)
         except Exception:  # noqa: BLE001 - the driver stops waiting for this worker after a bound
-            log.exception("handing the finished rows to the interrupted driver failed")
+            # The sink is gone (the driver's node, the cluster's head): nothing this worker answers
+            # can reach the run directory any more, so no new call goes out (a resume sends them).
+            self.client.stop()
+            log.exception("handing the finished rows to the driver failed")
 
     async def _settle(self) -> None:
         """Wait until every open row has ended (its call answered, or stopped before it went

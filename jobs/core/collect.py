@@ -15,12 +15,20 @@ the workers went on sending while the stage was torn down, and those calls' rows
 
 A part that cannot be written keeps its rows in memory and is tried again at the next flush; at
 the end, rows that still could not be written go to `jobs.core.store.rescue`, never dropped.
+
+A cluster whose head is gone (its GCS and raylet, the sink with them) cannot run the stage any
+further, and Ray's own client would end the driver a minute later with a page of C++ log. When a
+take fails and the GCS's port does not answer, the collector writes the rows it holds and ends
+the driver (`end_driver`: one line saying what is gone and what is written, with the command that
+resumes the job on a new cluster, exit 1); the workers, which cannot reach the sink either, stop
+sending.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -30,15 +38,19 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
+from jobs.core.errors import SetupError
 from jobs.core.preflight import FailureSummary
 from jobs.core.rowsink import CALLS_WAIT_S, DRAIN_WAIT_S, RowSink, lost_actors, sink_for_driver
 from jobs.core.schemas import STATUS_OK
 from jobs.core.store import TableStore, rescue
 
-__all__ = ["CALLS_WAIT_S", "DRAIN_WAIT_S", "Collector", "Interrupted", "RowSink", "WriteFailed", "interrupt_signals",
-           "raise_on_sigterm", "sink_for_driver"]
+__all__ = ["CALLS_WAIT_S", "DRAIN_WAIT_S", "ClusterLost", "Collector", "Interrupted", "RowSink", "WriteFailed",
+           "end_driver", "interrupt_signals", "on_cluster_lost", "raise_on_sigterm", "sink_for_driver"]
 
 rows_log = logging.getLogger("jobs.rows")  # per-row errors: the job's log file, not the console
+
+TAKE_EVERY_S = 0.5  # how often the driver takes the rows the workers put into its sink
+HEAD_WAIT_S = 5.0  # how long a TCP connection to the GCS is tried when a take fails
 
 
 class Interrupted(KeyboardInterrupt):
@@ -48,6 +60,34 @@ class Interrupted(KeyboardInterrupt):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
         self.saved = saved
+
+
+class ClusterLost(SetupError):
+    """The Ray cluster itself is gone (its head, or every node that can run the stage): the rows
+    written stay, and the job's resume on a new cluster sends only the rest."""
+
+
+_ENDINGS: list[Callable[[ClusterLost], None]] = []
+
+
+def on_cluster_lost(ending: Callable[[ClusterLost], None] | None) -> None:
+    """`ending(lost)` is how the driver says it ends when its cluster's head is gone (the job's
+    entry point: its one line with the command that resumes it, its run record); None: the
+    line alone. The process exits with 1 after it."""
+    _ENDINGS[:] = [ending] if ending is not None else []
+
+
+def end_driver(lost: ClusterLost) -> None:
+    """End this process now (from any thread): the cluster it ran on is gone."""
+    try:
+        if _ENDINGS:
+            _ENDINGS[0](lost)
+        else:
+            print(f"error: {lost}", file=sys.stderr, flush=True)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
 
 
 class WriteFailed(RuntimeError):
@@ -253,7 +293,7 @@ class Collector:
 
     def _loop(self) -> None:
         while True:
-            self._wake.wait(0.5)
+            self._wake.wait(TAKE_EVERY_S)
             self._wake.clear()
             if self._drain.is_set():
                 try:
@@ -270,11 +310,39 @@ class Collector:
                 self.take()
                 if self.due():
                     self.flush()
-            except Exception:  # noqa: BLE001 - the main thread's final take/flush reports it
+            except Exception as exc:  # noqa: BLE001 - the main thread's final take/flush reports it
+                if self._head_gone(exc):
+                    return
                 rows_log.exception("collecting finished rows failed; retrying")
             tick = getattr(self.bar, "tick", None)  # the plain progress line, when one is due
             if tick is not None:
                 tick()
+
+    def _head_gone(self, exc: Exception) -> bool:
+        """After a failed take: when the cluster's GCS does not answer, write what is held and end
+        the driver (`end_driver`). Not by unwinding the main thread: Ray Data's teardown there
+        waits on the GCS until Ray's client ends the process (a minute, and a page of its log)."""
+        import ray
+        from cluster.reach import unreachable
+
+        try:
+            address = ray.get_runtime_context().gcs_address
+        except Exception:  # noqa: BLE001 - not connected: not ours to judge
+            return False
+        why = unreachable(address, timeout_s=HEAD_WAIT_S)
+        if why is None:
+            return False
+        # the job's log only: the console gets the one line of `end_driver`
+        rows_log.info("the cluster's head at %s is gone (%s) after a failed take: %s", address, why, exc)
+        try:
+            self.flush()
+        finally:
+            end_driver(ClusterLost(
+                f"the Ray cluster's head at {address} is gone ({why}; the driver's last call to it: "
+                f"{type(exc).__name__}): {self.saved} row(s) of this stage are written in {self.store.dir}, the "
+                "calls in flight are lost; start a cluster again, then run the command below on it (rows already "
+                "written are not sent again)"))
+        return True
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="row-collector", daemon=True)

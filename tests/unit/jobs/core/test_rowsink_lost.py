@@ -115,3 +115,25 @@ def test_a_failed_stage_drains_the_workers_left_and_writes_their_rows_before_it_
                 raise RuntimeError("the stage failed") from exc
     assert c.drained_lost == ("03" * 16,)
     assert c.saved == 2 and sorted(store.read()["context_id"]) == ["c1", "c2"]
+
+
+def _end_driver(ending: str) -> "subprocess.CompletedProcess[str]":
+    import subprocess
+    import sys
+
+    code = ("from jobs.core.collect import ClusterLost, end_driver, on_cluster_lost\n"
+            f"{ending}\n"
+            "end_driver(ClusterLost('the head at 127.0.0.1:1 is gone'))\n"
+            "print('not reached')\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_a_lost_head_ends_the_driver_with_the_jobs_own_line_and_exit_1():
+    """`end_driver` runs from the collector's thread (issue 42, point 4): the job's ending prints
+    its line (with the resume command, `jobs.config`), then the process exits 1 at once; without
+    an ending the message alone is printed as `error: ...`."""
+    done = _end_driver("on_cluster_lost(lambda lost: print(f'ending: {lost}', flush=True))")
+    assert done.returncode == 1 and done.stdout == "ending: the head at 127.0.0.1:1 is gone\n"
+    done = _end_driver("")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == "error: the head at 127.0.0.1:1 is gone\n"
