@@ -161,7 +161,8 @@ def fit_cpu(name: str, records_file: Path, recipe: FinetuneRecipe, out_dir: Path
     plan = done.get("plan") or {}
     metrics = {"step": done["steps"], "examples": plan.get("dialogues"), "tokens": plan.get("tokens"),
                "windows": plan.get("windows"), "n_ctx": plan.get("n_ctx"), "resumed_at": plan.get("resumed_at"),
-               "train_s": done["train_s"], "tokens_per_s": done["tokens_per_s"],
+               "train_s": done["train_s"], "tokens_per_s": done["tokens_per_s"], "cpu_s": done.get("cpu_s"),
+               "cpu_s_per_step": round(done["cpu_s"] / done["trained_steps"], 2) if done.get("cpu_s") else None,
                "steps_per_s": round(done["trained_steps"] / done["train_s"], 4) if done["train_s"] else None,
                "wall_s": round(time.perf_counter() - started, 1), "base_gguf": str(base)}
     (out_dir / LOSSES).write_text(json.dumps({"name": name, "losses": losses, **metrics}, indent=1), encoding="utf-8")

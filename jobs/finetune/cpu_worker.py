@@ -136,7 +136,7 @@ def train(spec: dict[str, Any]) -> None:
     todo = order[done:]
     dataset = libs.dataset([wins[i][0] for i in todo], [wins[i][1] for i in todo])
     result = libs.result_init()
-    clock = {"prev_mean": 0.0, "t": time.perf_counter(), "start": time.perf_counter()}
+    clock = {"prev_mean": 0.0, "t": time.perf_counter(), "start": time.perf_counter(), "cpu": time.process_time()}
     save_steps, crash_at = int(spec["save_steps"]), spec.get("crash_at_step")
 
     def on_step(train_: bool, opt_ctx: Any, ds: Any, res: Any, ibatch: int, ibatch_max: int, t0: int) -> None:
@@ -160,6 +160,7 @@ def train(spec: dict[str, Any]) -> None:
     callback = ggml_opt.EpochCallback(on_step)
     libs.opt_epoch(ctx, dataset, result, None, len(todo), ctypes.cast(callback, ctypes.c_void_p), None)
     train_s = time.perf_counter() - clock["start"]
+    cpu_s = time.process_time() - clock["cpu"]  # every thread's CPU time: what the load does not inflate
     libs.result_free(result)
     libs.dataset_free(dataset)
     f32 = out / "model-f32.gguf"
@@ -170,7 +171,7 @@ def train(spec: dict[str, Any]) -> None:
     for leftover in (f32, out / CHECKPOINT, state_path):
         leftover.unlink(missing_ok=True)
     emit("done", model=str(out / MODEL), steps=total, trained_steps=len(todo), train_s=round(train_s, 2),
-         tokens_per_s=round(len(todo) * n_ctx / train_s, 2), losses=losses)
+         tokens_per_s=round(len(todo) * n_ctx / train_s, 2), cpu_s=round(cpu_s, 2), threads=threads, losses=losses)
 
 
 def save(llama: Any, model: Any, path: Path) -> None:

@@ -123,7 +123,8 @@ def write_results(run_dir: Path, results: dict[str, Any]) -> None:
 
 
 def outcome(result: FitResult, model_path: Path) -> dict[str, Any]:
-    extra = {k: result.metrics[k] for k in ("tokens", "windows", "train_s", "tokens_per_s", "steps_per_s", "resumed_at")
+    kept = ("tokens", "windows", "train_s", "tokens_per_s", "steps_per_s", "cpu_s_per_step", "resumed_at")
+    extra = {k: result.metrics[k] for k in kept
              if k in result.metrics}
     return {"status": STATUS_OK, "model_file": str(model_path), "model_dir": result.model_dir,
             "model": model_path.stem, "steps": result.metrics.get("step"), "examples": result.metrics.get("examples"),
