@@ -2,8 +2,9 @@
 
 Each iteration weighs every chain, so it reads every session and every score of the run: read
 whole, a session's turns and a score row's raw answer and call fields made the driver grow with
-the grid (the loop's planning was the run's highest step). The loop reads the columns below,
-and the turns of the sessions it improves only; what it decides is the same.
+the grid (a quarter of the Ψ-Arena grid after one iteration, 1,200 sessions and 39,600 score
+rows: +167 MB read whole, +59 MB so). The loop reads the columns below, and the turns of the
+sessions it improves only; what it decides is the same.
 """
 
 from __future__ import annotations
