@@ -74,6 +74,8 @@ class FinetuneRecipe(StrictModel):
     serve_type: Literal["f32", "f16", "q8_0", "q4_k_m"] = Field(
         "q8_0", description="llamacpp: the GGUF type the fine-tuned model (and the base beside it) is served in.")
     progress_every: int = Field(1, ge=1, description="llamacpp: a progress line every N steps.")
+    serve_num_cpus: float = Field(
+        1.0, gt=0, description="llamacpp: the Ray CPUs a replica of a fine-tuned model (and of its base) asks for.")
     serve_engine_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="llamacpp: engine_kwargs of the fine-tuned model files (the CPU engine's).")
     shape: ModelShape = Field(description="The base model's shape, for the memory rule.")

