@@ -155,8 +155,11 @@ def export(run_dir: str | Path, cfg: ExportConfig | None = None) -> dict[str, An
     """Write `RUN_DIR/export/<model>.jsonl` per therapist model and the manifest; return the manifest."""
     cfg = cfg or ExportConfig()
     run_dir = Path(run_dir)
-    dialogues = TableStore(run_dir, DIALOGUES).read()
-    if dialogues.empty:
+    store = TableStore(run_dir, DIALOGUES)
+    # One therapist model's dialogues (their turns) at a time: the driver holds a model's share of
+    # the run, not all of it (seven models' 11,850 dialogues at the paper's scale).
+    models = store.read(columns=["model"])["model"]
+    if models.empty:
         raise ConfigError(f"no dialogues in {run_dir / DIALOGUES.name}: run the synthesis on this run_dir first")
     system = cfg.system_text()
     out_dir = run_dir / EXPORT_DIR
@@ -165,7 +168,8 @@ def export(run_dir: str | Path, cfg: ExportConfig | None = None) -> dict[str, An
     manifest: dict[str, Any] = {"source": f"{DIALOGUES.name}/", "roles": cfg.roles, "ended_by": cfg.ended_by,
                                 "splits": list(cfg.splits), "system_prompt": system, "models": {}}
     exported_sensitivity: list[str] = []
-    for model, group in dialogues.sort_values("dialogue_id").groupby("model", sort=True):
+    for model in sorted(models.dropna().unique()):
+        group = store.read(only={"model": [model]}).sort_values("dialogue_id")
         left_out: Counter[str] = Counter()
         lines: list[str] = []
         flagged: list[str] = []

@@ -137,3 +137,19 @@ def test_the_leakage_audit_flags_a_recited_record_in_the_manifest(tmp_path):
     assert manifest["models"]["m"]["leakage_flagged"] == ["c1|m"]
     # "answer i get tired from doing almost anything": 8 words verbatim, the threshold
     assert _lines(tmp_path / EXPORT_DIR / "m.jsonl")[0]["metadata"]["leakage_longest_run"] == 8
+
+
+def test_the_export_holds_one_models_dialogues_at_a_time(tmp_path, monkeypatch):
+    # five dialogues, three of qwen and two of llama/3: no read with the turns returns more than three
+    read, sizes = TableStore.read, []
+
+    def spy(self, columns=None, only=None):
+        df = read(self, columns, only)
+        if self.table is DIALOGUES and "turns" in df.columns:
+            sizes.append(len(df))
+        return df
+
+    monkeypatch.setattr(TableStore, "read", spy)
+    manifest = export(_run_dir(tmp_path))
+    assert sorted(sizes) == [2, 3]
+    assert {m: v["dialogues"] for m, v in manifest["models"].items()} == {"llama/3": 2, "qwen": 3}
