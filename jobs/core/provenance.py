@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from jobs.core.modelconfig import ModelConfig
 from jobs.core.rundir import read_run_record, write_run_record
+from jobs.core.sourcestamp import STAMP, stamp_record
 
 log = logging.getLogger(__name__)
 
@@ -72,17 +73,20 @@ def git_state(root: str | Path = REPO_ROOT) -> dict[str, Any]:
         top = Path(_git(root, "rev-parse", "--show-toplevel").strip()).resolve()
         if top != root.resolve():
             # A project installed inside another repository must not report that one's commit.
-            return {"commit": None, "note": f"not a git checkout (inside the repository at {top.name}/)"}
+            return stamp_record(root) or {"commit": None,
+                                          "note": f"not a git checkout (inside the repository at {top.name}/)"}
         commit = _git(root, "rev-parse", "HEAD").strip()
         changed = [line[3:] for line in _git(root, "status", "--porcelain").splitlines() if line.strip()]
         # The same files can be dirty in two different ways: the diff's hash tells them apart
         # (tracked files; an untracked file is named, not hashed).
         diff = _git(root, "diff", "HEAD", "--binary") if changed else ""
     except FileNotFoundError:
-        return {"commit": None, "note": "git is not installed here: the commit is unknown"}
+        return stamp_record(root) or {"commit": None, "note": "git is not installed here: the commit is unknown"}
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         if "not a git repository" in str(exc):
-            return {"commit": None, "note": "not a git checkout"}
+            # Code shipped without its .git (`ray job submit`): the stamp written before, if any.
+            return stamp_record(root) or {"commit": None, "note": f"not a git checkout, and no {STAMP} "
+                                          "(`python -m jobs.stamp` before submitting writes one)"}
         return {"commit": None, "note": f"git failed: {str(exc).splitlines()[0][:200]}"}
     out: dict[str, Any] = {"commit": commit, "dirty": bool(changed), "changed": changed[:DIRTY_FILES_SHOWN]}
     if changed:
