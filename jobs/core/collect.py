@@ -157,7 +157,8 @@ class Collector:
         self.failures = FailureSummary()
         self.saved = 0
         self.write_error: Exception | None = None
-        self._seen: set[int] = set()  # a mark per table taken (`_first_time`): a table is kept once
+        self._seen: dict[int, str] = {}  # a mark per table taken (`_first_time`) -> the call that brought it
+        self._calls = 0  # the driver's calls to the sink, numbered in the warning for a table taken twice
         self.duplicates = 0  # rows dropped because their table had arrived before
         self._pending: list[pa.Table] = []
         self._lock = threading.Lock()
@@ -173,27 +174,31 @@ class Collector:
         """Move what the sink holds into the pending rows; returns the input rows taken."""
         import ray  # the driver side of a Ray run only; an inline run never takes
 
-        return self.add(*ray.get(self.sink.take.remote(self.channel, True), timeout=timeout))
+        return self.add(*ray.get(self.sink.take.remote(self.channel, True), timeout=timeout), via="take")
 
     def take_drained(self, wait_s: float = DRAIN_WAIT_S, lost: tuple[str, ...] = ()) -> int:
         """The rows the channel's workers still hold, and the channel's last rows (it is closed);
         `lost`: the actor ids of dead workers, not waited for."""
         import ray
 
-        return self.add(*ray.get(self.sink.drain.remote(self.channel, wait_s, True, lost), timeout=wait_s + 30))
+        return self.add(*ray.get(self.sink.drain.remote(self.channel, wait_s, True, lost), timeout=wait_s + 30),
+                        via="drain")
 
     def take_last(self, timeout: float = 30.0) -> int:
         """The channel's last rows; the sink drops what its workers put there after this."""
         import ray
 
-        return self.add(*ray.get(self.sink.close.remote(self.channel, True), timeout=timeout))
+        return self.add(*ray.get(self.sink.close.remote(self.channel, True), timeout=timeout), via="close")
 
-    def add(self, tables: list[pa.Table], units: int = 0) -> int:
+    def add(self, tables: list[pa.Table], units: int = 0, via: str = "add") -> int:
         """Count finished rows (tables of whole input rows' output) and keep them for the next
         flush; `units`: progress the workers reported with them (`worker_units`). A table taken
         a second time (its rows to the microsecond of `created_at`) is dropped with a warning:
-        twice in ~20 node-loss runs (issue 34); the cause is not found."""
-        tables = [t for t in tables if t.num_rows and self._first_time(t)]
+        twice in ~20 node-loss runs (issue 34); the cause is not found, so the warning names the
+        two calls to the sink that brought it (`via`, numbered)."""
+        self._calls += 1
+        via = f"{via} #{self._calls}"
+        tables = [t for t in tables if t.num_rows and self._first_time(t, via)]
         n_rows = 0
         for t in tables:
             counted = self.counter(t)  # a `Counted`: (done, ok) and the failure reasons
@@ -212,7 +217,7 @@ class Collector:
             self.bar.update(progress)
         return n_rows
 
-    def _first_time(self, t: pa.Table) -> bool:
+    def _first_time(self, t: pa.Table, via: str = "") -> bool:
         cols = [c for c in (*self.store.table.key, "created_at") if c in t.column_names]
         try:
             mark = hash((t.num_rows, *(tuple(t.column(c).to_pylist()) for c in cols)))
@@ -220,9 +225,10 @@ class Collector:
             return True
         if mark in self._seen:
             self.duplicates += t.num_rows
-            rows_log.warning("%d row(s) reached the driver a second time; written once", t.num_rows)
+            rows_log.warning("%d row(s) reached the driver a second time (by %s of the sink, first by %s); written "
+                             "once", t.num_rows, via, self._seen[mark])
             return False
-        self._seen.add(mark)
+        self._seen[mark] = via
         return True
 
     def flush(self) -> None:
