@@ -82,9 +82,16 @@ class PortionPlan:
 
 
 def plan_portion(portion: str, records: list[dict[str, Any]], recipe: FinetuneRecipe) -> PortionPlan:
-    tokens = sum(dialogue_tokens(r["messages"], recipe.max_seq_len) for r in records)
-    per_epoch = math.ceil(len(records) / recipe.global_batch_size)
+    # llamacpp joins the dialogues into one stream (no dialogue truncated); ray_torch truncates each.
+    cap = recipe.max_seq_len if recipe.trainer == "ray_torch" else 10**12
+    tokens = sum(dialogue_tokens(r["messages"], cap) for r in records)
+    if recipe.trainer == "llamacpp":  # one window of max_seq_len tokens a step (jobs/finetune/cpu_data.py)
+        per_epoch = max(1, tokens // recipe.max_seq_len)
+    else:
+        per_epoch = math.ceil(len(records) / recipe.global_batch_size)
     steps = math.ceil(recipe.epochs * per_epoch)
+    if recipe.max_steps is not None:
+        steps = min(steps, recipe.max_steps)
     gpu_hours = tokens * recipe.epochs / recipe.tokens_per_s_per_gpu / 3600
     return PortionPlan(portion, len(records), tokens, steps, gpu_hours, gpu_hours / recipe.gpus,
                        memory_per_gpu(recipe))
