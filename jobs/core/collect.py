@@ -336,6 +336,9 @@ class Collector:
         except Exception:  # noqa: BLE001 - not connected: not ours to judge
             return False
         why = unreachable(address, timeout_s=HEAD_WAIT_S)
+        if why is not None:  # asked twice, a second apart: a network blip is not a lost head
+            time.sleep(1.0)
+            why = unreachable(address, timeout_s=HEAD_WAIT_S)
         if why is None:
             return False
         # the job's log only: the console gets the one line of `end_driver`
