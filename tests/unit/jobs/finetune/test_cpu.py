@@ -16,6 +16,7 @@ from jobs.finetune import cpu
 from jobs.finetune.config import FinetuneRecipe
 from jobs.finetune.job import BASE_KEY, model_name, write_base_file, write_model_file
 from jobs.finetune.losscurve import loss_rows
+from jobs.finetune.plan import plan_portion
 from jobs.finetune.step import add_search_dir, finished_models
 from tests.conftest import ROOT
 
@@ -103,3 +104,12 @@ def test_the_step_hands_over_the_finished_models_only(tmp_path: Path, monkeypatc
     add_search_dir(tmp_path / "finetune" / "conf")
     add_search_dir(tmp_path / "finetune" / "conf")
     assert os.environ[SEARCHPATH_ENV] == os.pathsep.join([str((tmp_path / "finetune" / "conf").resolve()), "/other"])
+
+
+def test_the_plan_counts_windows_of_the_joined_dialogues():
+    # One 400-character message: 1 + 400 / 4 + 5 = 106 tokens a dialogue (plan.py's rule); 10
+    # dialogues, 1,060 tokens, none truncated at 256: 1,060 // 256 = 4 windows an epoch.
+    records = [{"messages": [{"role": "assistant", "content": "x" * 400}]}] * 10
+    assert plan_portion("p", records, cpu_recipe(epochs=3, max_steps=None)).steps == 12
+    assert plan_portion("p", records, cpu_recipe(epochs=3, max_steps=10)).steps == 10
+    assert plan_portion("p", records, cpu_recipe(epochs=3, max_steps=10)).tokens == 1060
