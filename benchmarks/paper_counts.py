@@ -159,6 +159,14 @@ def in_window(timeline: list[tuple[float, float, float]], first: float, last: fl
             "rss_peak_after_last_call_s": round(peak[0] - last, 1) if peak else None}
 
 
+class RunFailed(RuntimeError):
+    """The job exited non-zero: `record` holds what was measured up to then."""
+
+    def __init__(self, record: dict[str, Any]):
+        super().__init__(record["reason"])
+        self.record = record
+
+
 def audit_time(n: int) -> dict[str, Any]:
     """SQPsych export's leakage audit over the first `n` of the cohort's dialogues as the endpoint's
     script writes them (`benchmarks.leakage_audit.pairs`, the export's inputs at this count): its
@@ -187,10 +195,21 @@ def one(method: str, scale: float, latency: float, concurrency: int, bare_calls:
             add_models(models, extra)
             answered = lambda: int(ep.stats()["requests"])  # noqa: E731 - the driver's RSS against the calls
             load_start = os.getloadavg()[0]
+            failed: RuntimeError | None = None
             with JobWatch(log=tmp / "pipeline.log", endpoint=ep.proc.pid, calls=answered) as watch:
-                run = run_cli("jobs.pipeline", [*overrides, f"hydra.searchpath=[file://{models}]",
-                                                f"run_dir={tmp / 'run'}"], tmp / "pipeline.log", timeout_s=3 * 3600,
-                              progress=answered)
+                try:
+                    run = run_cli("jobs.pipeline", [*overrides, f"hydra.searchpath=[file://{models}]",
+                                                    f"run_dir={tmp / 'run'}"], tmp / "pipeline.log",
+                                  timeout_s=3 * 3600, progress=answered)
+                except RuntimeError as exc:
+                    failed = exc
+            if failed is not None:
+                # A failed run is a record too: how far it got, each step's figures up to there, and why.
+                raise RunFailed({"method": method, "scale": scale, "overrides": overrides, "status": "failed",
+                                 "reason": str(failed).splitlines()[0], "calls": answered(),
+                                 "steps": watch.step_table(watch.steps[0]["t0"] if watch.steps else 0.0),
+                                 "driver_peak_rss_mb": max((s["rss"] for s in watch.steps), default=None),
+                                 "object_store": watch.store()}) from failed
             load_end = os.getloadavg()[0]
             stats = ep.stats()
             with open(record, encoding="utf-8") as fh:
@@ -271,8 +290,16 @@ def main() -> None:
         return
 
     record = {**machine(), "latency_s": args.latency}
-    r = one(args.method, args.scale, args.latency, args.concurrency, args.bare_calls or None, args.keep,
-            with_bare=not args.no_bare)
+    try:
+        r = one(args.method, args.scale, args.latency, args.concurrency, args.bare_calls or None, args.keep,
+                with_bare=not args.no_bare)
+    except RunFailed as exc:
+        record = {**record, **exc.record, "load_avg_1m_at_end": round(os.getloadavg()[0], 2)}
+        if not args.no_save:
+            save(OUT, record)
+        print(json.dumps(record, indent=1))
+        raise SystemExit(f"{args.method} x{args.scale}: the job failed after {exc.record['calls']:,} calls: "
+                         f"{exc.record['reason']} (recorded with its steps so far)") from exc
     record = {**record, **r, "load_avg_1m_at_end": round(os.getloadavg()[0], 2)}
     if not args.no_save:
         save(OUT, record)

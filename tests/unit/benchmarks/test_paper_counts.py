@@ -65,3 +65,23 @@ def test_the_audits_time_is_taken_on_the_counts_dialogues_and_finds_the_quadrati
     got = audit_time(3)
     assert got["dialogues"] == 3 and got["audit_cpu_s"] >= 0
     assert got["longest_run_max"] == max(quadratic_run(words(d), words(p)) for d, p in pairs(3))
+
+
+def test_a_failed_job_is_a_record_with_its_steps_so_far_and_why(monkeypatch):
+    import time
+
+    import pytest
+
+    import benchmarks.paper_counts as pc
+
+    def failing(module, overrides, log, **kw):  # the pipeline starts its first step, then exits 1
+        log.write_text("== cards ==\n")
+        time.sleep(2.5)
+        raise RuntimeError("python -m jobs.pipeline exited 1; its output: pipeline.log\nthe rest")
+
+    monkeypatch.setattr(pc, "run_cli", failing)
+    with pytest.raises(pc.RunFailed) as got:
+        pc.one("arena", 0.01, 0.05, 4, None, None, with_bare=False)
+    rec = got.value.record
+    assert rec["status"] == "failed" and rec["reason"] == "python -m jobs.pipeline exited 1; its output: pipeline.log"
+    assert rec["calls"] == 0 and [s["step"] for s in rec["steps"]] == ["cards"]
