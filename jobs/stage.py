@@ -184,9 +184,16 @@ class ChatStage:
             units, self._units = self._units, 0
             if done or answer or units:
                 self._puts += 1
-                await self.sink.put.remote(self._arrow(done) if done else None, self.sink_channel,
-                                           self._id if answer else None, put_id=f"{self._id}:{self._puts}",
-                                           units=units)
+                try:
+                    await self.sink.put.remote(self._arrow(done) if done else None, self.sink_channel,
+                                               self._id if answer else None, put_id=f"{self._id}:{self._puts}",
+                                               units=units)
+                except Exception as exc:
+                    if _sink_gone(exc):
+                        # The sink is unreachable (the driver's node, the cluster's head, is gone):
+                        # nothing answered from now on can be kept, so no new call goes out.
+                        self.client.stop()
+                    raise
 
     async def _watch_drain(self) -> None:
         try:
@@ -250,6 +257,15 @@ class ChatStage:
 
     async def _guarded_pair(self, row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         return row, await self._guarded(row)
+
+
+def _sink_gone(exc: BaseException) -> bool:
+    """Whether a call to the sink failed because its actor is dead or cannot be reached."""
+    try:
+        from ray.exceptions import RayActorError
+    except ImportError:
+        return False
+    return isinstance(exc, RayActorError)
 
 
 def _say_hello(sink: Any, channel: str, worker: str) -> None:

@@ -7,8 +7,9 @@ command run on it completes, and no row is there twice.
 
 What a lost head may cost: the calls on the wire (every worker's) and the rows answered but not
 yet in the run directory: those a worker had not put yet and those the sink held for the driver's
-next take, at most an interval each at the fastest the fake answers. The driver writes what it
-had taken before it exits.
+next take, at most an interval each at the fastest the fake answers; and the calls a worker sends
+until its next put finds the sink gone (it then stops sending), at most another put interval's.
+The driver writes what it had taken before it exits.
 
 Opt in (`-m slow`): it starts two clusters (20-50 s each on 2 cores)."""
 
@@ -43,11 +44,12 @@ def _bound() -> int:
     """The calls a lost head may cost, from the run's configuration: every call in flight, plus
     the rows answered but not yet taken by the driver: a put interval's at the worker
     (`min(flush_every_s, SINK_EVERY_S)`, at most `SINK_ROWS`) and a take interval's in the sink
-    (`TAKE_EVERY_S`), each at the fastest the fake answers (the calls in flight every `LATENCY`).
-    16 calls at 100 ms, 0.5 s each: 16 + 80 + 80 = 176."""
+    (`TAKE_EVERY_S`), plus the calls sent until the worker's next put fails (a put interval's),
+    each at the fastest the fake answers (the calls in flight every `LATENCY`).
+    16 calls at 100 ms, 0.5 s each: 16 + 80 + 80 + 80 = 256."""
     rate = CONCURRENCY / LATENCY
-    unput = min(SINK_ROWS, math.ceil(rate * min(FLUSH_S, SINK_EVERY_S)))
-    return CONCURRENCY + unput + math.ceil(rate * TAKE_EVERY_S)
+    put = min(SINK_ROWS, math.ceil(rate * min(FLUSH_S, SINK_EVERY_S)))
+    return CONCURRENCY + 2 * put + math.ceil(rate * TAKE_EVERY_S)
 
 
 def _cluster(path: Path) -> local.LocalCluster:
@@ -79,7 +81,7 @@ def test_a_lost_head_ends_the_job_with_one_line_and_its_resume_completes_the_run
                 time.sleep(0.2)
             assert proc.poll() is None, proc.communicate()
             first.kill_head()
-            killed = time.monotonic()
+            killed, sent_at_kill = time.monotonic(), len(fake.log_lines())
             out, err = proc.communicate(timeout=300)
             ended = time.monotonic()
         finally:
@@ -107,7 +109,8 @@ def test_a_lost_head_ends_the_job_with_one_line_and_its_resume_completes_the_run
     assert len(df) == CALLS and df["context_id"].is_unique and (df["status"] == "ok").all()
     keys = [r["request_key"] for r in requests]
     resent = len(keys) - len(set(keys))
-    print(f"head lost: {CALLS} calls, {sent_before} sent before the loss, {kept} rows kept then; "
+    print(f"head lost: {CALLS} calls, {sent_at_kill} sent at the kill, {sent_before} by the first run's end, "
+          f"{kept} rows kept then; "
           f"{len(requests)} sent in all, {resent} re-sent, bound {_bound()}; the job ended "
           f"{ended - killed:.1f} s after the kill ({killed - start:.0f} s in)")
     assert resent <= _bound(), (resent, _bound())
