@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 SINK_EVERY_S = 0.5  # a worker puts its finished rows into the sink at least this often...
 SINK_ROWS = 512     # ...and at once when this many output rows wait
+PUT_SLOW_S = 1.0    # a put not answered in this long has the worker ask whether the head is gone
 
 
 def endpoints_to_spec(endpoints: dict[str, Endpoint]) -> dict[str, dict[str, Any]]:
@@ -185,15 +186,29 @@ class ChatStage:
             if done or answer or units:
                 self._puts += 1
                 try:
-                    await self.sink.put.remote(self._arrow(done) if done else None, self.sink_channel,
-                                               self._id if answer else None, put_id=f"{self._id}:{self._puts}",
-                                               units=units)
+                    await self._sent(self.sink.put.remote(self._arrow(done) if done else None, self.sink_channel,
+                                                          self._id if answer else None,
+                                                          put_id=f"{self._id}:{self._puts}", units=units))
                 except Exception as exc:
                     if _sink_gone(exc):
                         # The sink is unreachable (the driver's node, the cluster's head, is gone):
                         # nothing answered from now on can be kept, so no new call goes out.
                         self.client.stop()
                     raise
+
+    async def _sent(self, ref: Any) -> Any:
+        """A put's answer. One slower than `PUT_SLOW_S` asks whether the cluster's GCS still
+        answers: with the head gone a put to the sink never fails nor returns (the worker asks
+        the dead GCS where the sink is), and the worker would go on sending calls whose rows
+        cannot be kept; it stops sending then."""
+        answer = asyncio.ensure_future(ref)
+        if answer.done():
+            return answer.result()
+        done, _ = await asyncio.wait({answer}, timeout=PUT_SLOW_S)
+        if not done and await asyncio.to_thread(_head_gone):
+            log.error("the cluster's head does not answer: this worker sends no new call")
+            self.client.stop()
+        return await answer
 
     async def _watch_drain(self) -> None:
         try:
@@ -257,6 +272,21 @@ class ChatStage:
 
     async def _guarded_pair(self, row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         return row, await self._guarded(row)
+
+
+def _head_gone() -> bool:
+    """Whether the Ray cluster's GCS does not answer a TCP connection (asked twice, a second apart)."""
+    try:
+        import ray
+        from cluster.reach import unreachable
+
+        address = ray.get_runtime_context().gcs_address
+    except Exception:  # noqa: BLE001 - not in a Ray worker: nothing to ask
+        return False
+    if unreachable(address, timeout_s=5.0) is None:
+        return False
+    time.sleep(1.0)
+    return unreachable(address, timeout_s=5.0) is not None
 
 
 def _sink_gone(exc: BaseException) -> bool:

@@ -8,7 +8,7 @@ command run on it completes, and no row is there twice.
 What a lost head may cost: the calls on the wire (every worker's) and the rows answered but not
 yet in the run directory: those a worker had not put yet and those the sink held for the driver's
 next take, at most an interval each at the fastest the fake answers; and the calls a worker sends
-until its next put finds the sink gone (it then stops sending), at most another put interval's.
+until a put goes unanswered for `PUT_SLOW_S` and it finds the GCS gone (it then stops sending).
 The driver writes what it had taken before it exits.
 
 Opt in (`-m slow`): it starts two clusters (20-50 s each on 2 cores)."""
@@ -28,7 +28,7 @@ import pytest
 
 from cluster import local
 from jobs.core.collect import TAKE_EVERY_S
-from jobs.stage import SINK_EVERY_S, SINK_ROWS
+from jobs.stage import PUT_SLOW_S, SINK_EVERY_S, SINK_ROWS
 from tests.conftest import ROOT, write_model_dir
 from tests.fakes.openai_server import FakeServer
 
@@ -44,12 +44,12 @@ def _bound() -> int:
     """The calls a lost head may cost, from the run's configuration: every call in flight, plus
     the rows answered but not yet taken by the driver: a put interval's at the worker
     (`min(flush_every_s, SINK_EVERY_S)`, at most `SINK_ROWS`) and a take interval's in the sink
-    (`TAKE_EVERY_S`), plus the calls sent until the worker's next put fails (a put interval's),
-    each at the fastest the fake answers (the calls in flight every `LATENCY`).
-    16 calls at 100 ms, 0.5 s each: 16 + 80 + 80 + 80 = 256."""
+    (`TAKE_EVERY_S`), plus the calls sent until the worker stops: its next put, unanswered for
+    `PUT_SLOW_S`, and the GCS asked twice a second apart; each at the fastest the fake answers
+    (the calls in flight every `LATENCY`). 16 calls at 100 ms: 16 + 80 + 80 + 80 + 160 + 160 = 576."""
     rate = CONCURRENCY / LATENCY
     put = min(SINK_ROWS, math.ceil(rate * min(FLUSH_S, SINK_EVERY_S)))
-    return CONCURRENCY + 2 * put + math.ceil(rate * TAKE_EVERY_S)
+    return CONCURRENCY + 2 * put + math.ceil(rate * TAKE_EVERY_S) + math.ceil(rate * (PUT_SLOW_S + 1.0))
 
 
 def _cluster(path: Path) -> local.LocalCluster:

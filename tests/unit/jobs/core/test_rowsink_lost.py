@@ -137,3 +137,26 @@ def test_a_lost_head_ends_the_driver_with_the_jobs_own_line_and_exit_1():
     done = _end_driver("")
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr == "error: the head at 127.0.0.1:1 is gone\n"
+
+
+def test_a_put_left_unanswered_with_the_head_gone_stops_the_workers_new_calls(monkeypatch):
+    """With the head gone a worker's put to the sink neither fails nor returns: after `PUT_SLOW_S`
+    the worker asks whether the GCS answers and, when it does not, sends no new call; while the
+    head answers, a slow put only waits."""
+    import jobs.stage as stage_mod
+
+    class _Stage(stage_mod.ChatStage):
+        table = RESPONSES
+
+    async def slow_put(head_gone: bool) -> bool:
+        monkeypatch.setattr(stage_mod, "_head_gone", lambda: head_gone)
+        stage = _Stage({}, 1.0, "public")
+        never = asyncio.get_running_loop().create_future()
+        put = asyncio.ensure_future(stage._sent(never))
+        await asyncio.sleep(0.3)
+        put.cancel()
+        return stage.client._stopped
+
+    monkeypatch.setattr(stage_mod, "PUT_SLOW_S", 0.05)
+    assert asyncio.run(slow_put(True)) is True
+    assert asyncio.run(slow_put(False)) is False
