@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cluster.local import kill_pids, pids_under
 from tests.conftest import ROOT, job_env
 
 pytestmark = pytest.mark.integration
@@ -50,7 +52,10 @@ def head_node():
     try:
         yield f"http://127.0.0.1:{dash}"
     finally:
-        subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        # This head's processes only: `ray stop` ends every Ray cluster of the machine, other jobs'
+        # and other test runs' too (it killed a benchmark's embedded cluster twice).
+        kill_pids(pids_under(temp_dir))
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def test_generate_job_via_ray_job_submit(head_node, tmp_path):
