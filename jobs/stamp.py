@@ -5,7 +5,9 @@
         --runtime-env-json '{"excludes": [".git", ".venv", "runs"]}' -- python -m jobs.pipeline ...
 
 writes `SOURCE.json` at the project's root: the commit, the dirty tree's changed files and diff
-hash, and the sha256 of every file git tracks or would add. A job that runs where there is no git
+hash, and the sha256 of every file git tracks or would add; the checkout's `.git/info/exclude`
+gets the stamp's name, so `git status` stays as it was and Ray's upload (which skips what
+`.gitignore` names) still ships it. A job that runs where there is no git
 checkout records the stamp's commit in `run.json`, with the files that differ from it
 (`jobs/core/sourcestamp.py`). Run it again after any edit: a stale stamp is not trusted further
 than its files match.
@@ -30,6 +32,20 @@ def _shipped_paths(root: Path) -> list[str]:
     return sorted({p for p in out.split("\0") if p and p != STAMP})
 
 
+def _ignore_locally(root: Path) -> None:
+    """Keep the stamp out of `git status` through the checkout's own `.git/info/exclude`, not
+    `.gitignore`: Ray's upload skips what `.gitignore` names, and the stamp must be shipped."""
+    git_dir = subprocess.run(["git", "-C", str(root), "rev-parse", "--git-dir"], capture_output=True, text=True,
+                             timeout=30, check=True).stdout.strip()
+    exclude = (root / git_dir if not Path(git_dir).is_absolute() else Path(git_dir)) / "info" / "exclude"
+    line = f"/{STAMP}"
+    have = exclude.read_text(encoding="utf-8").splitlines() if exclude.is_file() else []
+    if line not in have:
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        with open(exclude, "a", encoding="utf-8") as fh:
+            fh.write(("" if not have or have[-1] == "" else "\n") + f"{line}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", type=Path, default=provenance.REPO_ROOT, help="the checkout (default: this project's)")
@@ -40,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"{root} is not a git checkout (its commit came from {STAMP}); "
                              "run `python -m jobs.stamp` in the checkout the code comes from")
         path = write_stamp(root, state, _shipped_paths(root) if state.get("commit") else [], provenance.now())
+        _ignore_locally(root)
     except (ValueError, OSError, subprocess.CalledProcessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -67,14 +67,25 @@ def test_generate_job_via_ray_job_submit(head_node, tmp_path):
            # venv), not whatever `python` is first on PATH (regression: CI had no venv on PATH).
            sys.executable, "-m", "jobs.generate", f"run_dir={run_dir}", "dataset.limit=2",
            "generation.max_tokens=16", "serving.port=8125", "cluster=auto"]
-    for _ in range(6):
-        proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
-        # A head node just started may not have its job agent up yet (seen on a loaded 2-core
-        # machine): Ray answers so and asks to try again later, as a user would.
-        if "No available agent to submit job" not in proc.stdout + proc.stderr:
-            break
-        time.sleep(10)
+    # .git is not shipped: the stamp written first names the commit in run.json (docs/cluster.md)
+    stamp = subprocess.run([sys.executable, "-m", "jobs.stamp"], cwd=ROOT, env=_env(), capture_output=True, text=True)
+    assert stamp.returncode == 0, stamp.stderr
+    try:
+        for _ in range(6):
+            proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+            # A head node just started may not have its job agent up yet (seen on a loaded 2-core
+            # machine): Ray answers so and asks to try again later, as a user would.
+            if "No available agent to submit job" not in proc.stdout + proc.stderr:
+                break
+            time.sleep(10)
+    finally:
+        (ROOT / "SOURCE.json").unlink(missing_ok=True)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    code = json.loads((run_dir / "run.json").read_text())["attempts"][-1]["code"]
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert code["commit"] == head and code["source"].startswith("SOURCE.json"), code
+    # what was shipped matches the stamp; docs/, tests/, k8s/ were excluded, so not checked
+    assert code["files_matched"] > 50 and "files_differ" not in code and code["files_absent"] > 50, code
     assert "succeeded" in proc.stdout
     assert "joined Ray cluster" in proc.stdout
     df = pd.read_parquet(run_dir / "responses")

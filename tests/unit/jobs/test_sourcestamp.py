@@ -84,6 +84,11 @@ def test_the_command_stamps_what_git_tracks_or_would_add(checkout):
     assert set(body["files"]) == {".gitignore", "notes.md", "pkg/a.py", "pkg/b.py", "pkg/new.py"}
     assert body["files"]["pkg/a.py"] == hashlib.sha256(b"A = 1\n").hexdigest()
     assert "commit " + body["commit"][:12] in done.stdout and "2 changed file(s)" in done.stdout
+    # git does not see the stamp (the checkout's own exclude file), and a second stamp adds no line
+    assert STAMP not in _git(checkout, "status", "--porcelain")
+    subprocess.run([sys.executable, "-m", "jobs.stamp", "--root", str(checkout)], cwd=ROOT, check=True,
+                   capture_output=True)
+    assert (checkout / ".git" / "info" / "exclude").read_text().splitlines().count(f"/{STAMP}") == 1
 
 
 def test_the_command_refuses_a_folder_that_is_no_checkout(tmp_path):
