@@ -14,7 +14,8 @@ KV cache in F32), driven from here through `jobs.finetune.ggml_opt`:
    llama.cpp saves no optimizer state: a resumed run restarts AdamW's moments (and its bias
    correction) at the checkpoint, so it ends near, not exactly at, an uninterrupted run's loss;
 4. the fine-tuned weights are written as GGUF of type `serve_type` (`model.gguf`), the file the
-   model file's `source` names; the F32 copy and the checkpoint are then removed.
+   model file's `source` names, with the base's context length (llama.cpp saves the training
+   window there); the F32 copy and the checkpoint are then removed.
 
 It runs in its own process so that an abort inside llama.cpp (a GGML_ASSERT: a model whose
 layers have no backward pass, such as Gemma-3's GEGLU) is a failed fine-tune with its message,
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.finetune import ggml_opt
+from jobs.finetune.gguf_meta import context_length, set_context_length
 from jobs.finetune.cpu_data import (
     CHECKPOINT, CHECKPOINT_STATE, EVENT_PREFIX, MODEL, chat_text, learning_rate, step_order, windows,
 )
@@ -168,6 +170,9 @@ def train(spec: dict[str, Any]) -> None:
     llama.llama_free(ctx)
     llama.llama_model_free(model)
     ggml_opt.convert(str(f32), str(out / MODEL), spec["serve_type"], threads)
+    # llama.cpp saved the training window (n_ctx) as the model's context: the base's comes back,
+    # or the server would refuse every prompt longer than the window.
+    set_context_length(out / MODEL, context_length(Path(spec["base_f32"])))
     for leftover in (f32, out / CHECKPOINT, state_path):
         leftover.unlink(missing_ok=True)
     emit("done", model=str(out / MODEL), steps=total, trained_steps=len(todo), train_s=round(train_s, 2),

@@ -18,6 +18,7 @@ from typing import Any
 
 from jobs.core.configfiles import SEARCHPATH_ENV, ConfigError, validated
 from jobs.finetune.config import FinetuneConfig, FinetuneRecipe
+from jobs.finetune.data import read_export_manifest
 from jobs.finetune.job import FINETUNE_DIR, STATUS_OK, read_results
 from jobs.finetune.job import run as run_finetune
 
@@ -29,7 +30,17 @@ def finetune_config(cfg: Any) -> FinetuneConfig:
     return FinetuneConfig(experiment=cfg.experiment, method=cfg.method, run_dir=cfg.run_dir, cluster=cfg.cluster,
                           serving=cfg.serving, dry_run=cfg.dry_run, verbose=cfg.verbose,
                           finetune=validated(FinetuneRecipe, cfg.finetune, "the finetune recipe"),
-                          portions=cfg.finetune_portions)
+                          portions=portions(cfg))
+
+
+def portions(cfg: Any) -> list[str]:
+    """The portions to train on: `finetune_portions`, else those of the chain's own `models` that
+    the export holds. Never every exported portion: on a resumed chain the export also holds the
+    sessions of the fine-tuned models themselves (synthesized after this step the first time)."""
+    if cfg.finetune_portions is not None:
+        return list(cfg.finetune_portions)
+    exported = read_export_manifest(Path(cfg.run_dir))["models"]
+    return [m for m in cfg.models if m in exported]
 
 
 def add_search_dir(folder: Path) -> None:
