@@ -20,6 +20,7 @@ import yaml
 from jobs.core.configfiles import load_model
 from jobs.finetune.config import FinetuneRecipe
 from jobs.finetune.cpu import fit_cpu
+from jobs.finetune.gguf_meta import context_length
 from jobs.finetune.job import write_model_file
 from serving.engines.llamacpp import resolve_gguf
 from serving.engines.llamaserver import LlamaServerEngine
@@ -69,6 +70,8 @@ def test_the_loss_falls_on_a_set_it_can_memorize(finished):
     assert last <= FALLS_TO * first, result.losses
     assert json.loads((out / "losses.json").read_text())["losses"] == [list(x) for x in result.losses]
     assert not (out / "checkpoint.gguf").exists()  # the checkpoint is removed once the model is written
+    # SmolLM2's own context (its GGUF says 8192), not the 256-token training window llama.cpp saved.
+    assert context_length(Path(result.model_dir)) == 8192
 
 
 def test_the_model_file_is_served_by_the_cpu_engine_and_answers(finished, tmp_path):
