@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import sys
 from typing import Iterator, Mapping
 
 from jobs.core.errors import SetupError, first_line
+from jobs.core.gcsprobe import unreachable  # the TCP check: in the core layer, which the jobs' workers also ask
 
 __all__ = ["ClusterUnavailable", "auth_refusal", "connect_failure", "unreachable"]
 
@@ -103,18 +103,3 @@ def connect_failure(address: str | None, exc: BaseException, *, from_env: bool =
     return (f"could not connect to the Ray cluster at {given} ({cause}): check the address (the head's "
             f"HOST:6379, or ray://HOST:10001 for Ray Client), that the head is up (ray status --address {address}) "
             "and reachable from here; or leave the address unset (cluster=local) for an embedded cluster")
-
-
-def unreachable(address: str, timeout_s: float = 5.0) -> ConnectionError | None:
-    """Why nothing answers at a `HOST:PORT` or `ray://HOST:PORT` address (a TCP connection tried
-    for `timeout_s`), or None when something does or the address names no port (`auto`). Asked
-    before `ray.init`, which retries a GCS that does not answer for minutes before it fails."""
-    hostport = address.removeprefix("ray://").rstrip("/")
-    host, sep, port = hostport.rpartition(":")
-    if not sep or not port.isdigit() or not host or "://" in host:  # another scheme: Ray's to judge
-        return None
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-            return None
-    except OSError as exc:
-        return ConnectionError(f"nothing answers at {host}:{port}: {exc.strerror or exc}")

@@ -43,6 +43,7 @@ import pandas as pd
 import pyarrow as pa
 
 from jobs.core.callfields import redact
+from jobs.core.gcsprobe import head_gone
 from jobs.core.rowsink import CALLS_WAIT_S
 from jobs.core.schemas import STATUS_ERROR, Table, TableColumnError, rows_to_arrow
 from serving.client import CallsStopped, ChatClient, Endpoint
@@ -205,7 +206,7 @@ class ChatStage:
         if answer.done():
             return answer.result()
         done, _ = await asyncio.wait({answer}, timeout=PUT_SLOW_S)
-        if not done and await asyncio.to_thread(_head_gone):
+        if not done and await asyncio.to_thread(head_gone) is not None:
             log.error("the cluster's head does not answer: this worker sends no new call")
             self.client.stop()
         return await answer
@@ -272,21 +273,6 @@ class ChatStage:
 
     async def _guarded_pair(self, row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         return row, await self._guarded(row)
-
-
-def _head_gone() -> bool:
-    """Whether the Ray cluster's GCS does not answer a TCP connection (asked twice, a second apart)."""
-    try:
-        import ray
-        from cluster.reach import unreachable
-
-        address = ray.get_runtime_context().gcs_address
-    except Exception:  # noqa: BLE001 - not in a Ray worker: nothing to ask
-        return False
-    if unreachable(address, timeout_s=5.0) is None:
-        return False
-    time.sleep(1.0)
-    return unreachable(address, timeout_s=5.0) is not None
 
 
 def _sink_gone(exc: BaseException) -> bool:

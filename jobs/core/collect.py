@@ -39,6 +39,7 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from jobs.core.errors import SetupError
+from jobs.core.gcsprobe import head_gone
 from jobs.core.preflight import FailureSummary
 from jobs.core.rowsink import CALLS_WAIT_S, DRAIN_WAIT_S, RowSink, lost_actors, sink_for_driver
 from jobs.core.schemas import STATUS_OK
@@ -328,19 +329,10 @@ class Collector:
         """After a failed take: when the cluster's GCS does not answer, write what is held and end
         the driver (`end_driver`). Not by unwinding the main thread: Ray Data's teardown there
         waits on the GCS until Ray's client ends the process (a minute, and a page of its log)."""
-        import ray
-        from cluster.reach import unreachable
-
-        try:
-            address = ray.get_runtime_context().gcs_address
-        except Exception:  # noqa: BLE001 - not connected: not ours to judge
+        gone = head_gone(timeout_s=HEAD_WAIT_S)
+        if gone is None:
             return False
-        why = unreachable(address, timeout_s=HEAD_WAIT_S)
-        if why is not None:  # asked twice, a second apart: a network blip is not a lost head
-            time.sleep(1.0)
-            why = unreachable(address, timeout_s=HEAD_WAIT_S)
-        if why is None:
-            return False
+        address, why = gone
         # the job's log only: the console gets the one line of `end_driver`
         rows_log.info("the cluster's head at %s is gone (%s) after a failed take: %s", address, why, exc)
         try:

@@ -149,7 +149,8 @@ def test_a_put_left_unanswered_with_the_head_gone_stops_the_workers_new_calls(mo
         table = RESPONSES
 
     async def slow_put(head_gone: bool) -> bool:
-        monkeypatch.setattr(stage_mod, "_head_gone", lambda: head_gone)
+        gone = ("127.0.0.1:1", ConnectionError("nothing answers")) if head_gone else None
+        monkeypatch.setattr(stage_mod, "head_gone", lambda: gone)
         stage = _Stage({}, 1.0, "public")
         never = asyncio.get_running_loop().create_future()
         put = asyncio.ensure_future(stage._sent(never))
