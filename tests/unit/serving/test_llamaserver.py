@@ -36,8 +36,8 @@ def test_command_line_from_the_bundled_model_file():
     assert _flag(cmd, "--port") == "8231" and _flag(cmd, "--host") == "127.0.0.1"
     # the values written in conf/model/gemma3-270m.yaml
     assert _flag(cmd, "--parallel") == "8" and _flag(cmd, "--kv-unified-per-slot") == "8192"
-    assert _flag(cmd, "--threads") == "2" and _flag(cmd, "--batch-size") == "512"
-    assert _flag(cmd, "--threads-batch") == "2"
+    assert _flag(cmd, "--threads") == "1" and _flag(cmd, "--batch-size") == "512"
+    assert _flag(cmd, "--threads-batch") == "2"  # prefill on both cores, decoding on one
     assert _flag(cmd, "--cache-ram") == "512" and _flag(cmd, "--alias") == "gemma3-270m"
     # a built-in template by name works only on the non-Jinja path
     assert _flag(cmd, "--chat-template") == "gemma" and "--no-jinja" in cmd and "--cont-batching" in cmd
