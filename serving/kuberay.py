@@ -110,16 +110,18 @@ def _pod(label: str, container: dict[str, Any], shm: str, runs: bool,
 
 
 def cluster_spec(label: str, models: list[ModelConfig], *, runs: bool, api_keys: bool,
-                 cpu_workers: tuple[int, int, int], gpu_from_zero: bool) -> dict[str, Any]:
+                 cpu_workers: tuple[int, int, int], gpu_from_zero: bool,
+                 gpu_groups: dict[str, tuple[int, int]] | None = None) -> dict[str, Any]:
     """A RayCluster spec: a head that runs no work, a CPU group (replicas, min, max), and one GPU
-    group per accelerator type, sized for the models' replicas on whole nodes."""
+    group per accelerator type, sized for the models' replicas on whole nodes, or as
+    `gpu_groups` says (accelerator type -> (min, max) nodes: a training job's nodes)."""
     head = _container("ray-head", "8", "32Gi", runs=runs, api_keys=api_keys, ports=True)
     workers = [{
         "groupName": "cpu", "replicas": cpu_workers[0], "minReplicas": cpu_workers[1],
         "maxReplicas": cpu_workers[2], "rayStartParams": {},
         "template": _pod(label, _container("ray-worker", "16", "64Gi", runs=runs, api_keys=api_keys),
                          "24Gi", runs)}]
-    for acc, (lo, hi) in gpu_nodes(models).items():
+    for acc, (lo, hi) in (gpu_groups if gpu_groups is not None else gpu_nodes(models)).items():
         if acc not in GPU_NODES:
             raise ConfigError(f"no Kubernetes node type for accelerator {acc!r}; known: {sorted(GPU_NODES)}")
         node, per_node = GPU_NODES[acc], ACCELERATORS[acc].gpus_per_node

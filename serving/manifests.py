@@ -3,6 +3,7 @@
     python -m serving.manifests rayservice experiment=mentalbench > k8s/rayservice-mentalbench.yaml
     python -m serving.manifests rayjob experiment=mentalbench > k8s/rayjob-mentalbench.yaml
     python -m serving.manifests raycluster experiment=mentalbench > k8s/raycluster.yaml
+    python -m serving.manifests rayjob-finetune finetune=sqpsych_camel source_run=/mnt/runs/sqpsych/RUN
     python -m serving.manifests networkpolicy > k8s/networkpolicy.yaml
     python -m serving.manifests --write k8s     # re-render every manifest in k8s/ in place
     python -m serving.manifests --check k8s     # exit 1 if any differs from its render
@@ -40,6 +41,7 @@ from serving.capacity import check_fit
 from jobs.core.modelconfig import ModelConfig
 from jobs.core.configfiles import CONF_DIR, ConfigError, find_group_file, known_names, load_model
 from serving.deploy import VLLM_APP
+from serving.capacity import ACCELERATORS
 from serving.kuberay import (  # noqa: F401  (re-exported: the manifests' public names)
     AUTH_SECRET, IMAGE, OPERATOR_NAMESPACE, RUNS_MOUNT, cluster_spec, gpu_nodes, networkpolicy,
     pack_nodes,
@@ -54,13 +56,17 @@ RENDERED_BY = "# Rendered by: python -m serving.manifests "
 
 # Keys whose values name model files: models, judges, therapist_model, simulator, ...
 _MODEL_KEY = re.compile(r"(^|_)(models?|judges?|simulators?|counselors?)$")
+# Parts of a config whose model names are no model files to serve: the fine-tune recipe's
+# `base_model` is a hub id its trainer loads (conf/finetune/).
+_NOT_SERVED = ("finetune",)
 
 
 # --------------------------------------------------------------------------- the experiment
 
 
-def compose(overrides: list[str]) -> dict[str, Any]:
-    """The pipeline config for these Hydra overrides, as `python -m jobs.pipeline` sees it."""
+def compose(overrides: list[str], config_name: str = "pipeline") -> dict[str, Any]:
+    """The pipeline config for these Hydra overrides, as `python -m jobs.pipeline` sees it (or
+    another job's: `config_name`)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
@@ -68,7 +74,7 @@ def compose(overrides: list[str]) -> dict[str, Any]:
 
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = hydra_compose(config_name="pipeline", overrides=overrides)
+            cfg = hydra_compose(config_name=config_name, overrides=overrides)
     except HydraException as exc:
         raise ConfigError(f"cannot compose the experiment from {overrides}: {exc}") from exc
     return OmegaConf.to_container(cfg, resolve=False)  # type: ignore[return-value]
@@ -85,6 +91,8 @@ def named_models(cfg: dict[str, Any]) -> list[str]:
             return
         for key, value in node.items():
             where = f"{path}{key}"
+            if where in _NOT_SERVED:
+                continue
             if _MODEL_KEY.search(str(key)) and isinstance(value, (str, list)):
                 for name in [value] if isinstance(value, str) else value:
                     if name not in known:
@@ -182,6 +190,44 @@ def rayjob(cfg: dict[str, Any], overrides: list[str], run_id: str) -> dict[str, 
             "metadata": _meta(name, "rayjob", experiment), "spec": spec}
 
 
+# What the fine-tune's plan assumes (conf/finetune/*.yaml `gpu_memory_gb: 80`): A100-80G nodes.
+FINETUNE_ACCELERATOR = "A100-80G"
+# Ray's LLM image has torch and transformers (its engine stack, not to be moved): accelerate alone.
+FINETUNE_PIP = ("accelerate>=1.0",)
+
+
+def rayjob_finetune(cfg: dict[str, Any], overrides: list[str], run_id: str) -> dict[str, Any]:
+    """`python -m jobs.finetune` as a RayJob: its GPU group holds the recipe's `gpus` (Ray Train
+    workers, one GPU each) on whole nodes, from zero; checkpoints and model files on the runs
+    volume, where a retry (a lost node past Ray Train's own `max_failures`) resumes from them."""
+    recipe = cfg["finetune"]
+    if not cfg.get("source_run"):
+        raise ConfigError("rayjob-finetune: name the SQPsych run whose export is trained on "
+                          "(source_run=/mnt/runs/sqpsych/<run>)")
+    per_node = ACCELERATORS[FINETUNE_ACCELERATOR].gpus_per_node
+    nodes = -(-int(recipe["gpus"]) // per_node)
+    name = dns_name(f"finetune-{recipe['name']}-{run_id}")
+    entry = ["python", "-m", "jobs.finetune", *overrides, "cluster=auto",
+             f"run_dir={RUNS_MOUNT}/finetune/{run_id}"]
+    runtime_env = {
+        "working_dir": "https://github.com/<org>/<repo>/archive/<commit>.zip",  # as the pipeline's RayJob
+        "pip": [*IMAGE_PIP, *FINETUNE_PIP],
+        "env_vars": {"PYTHONUNBUFFERED": "1"},  # HF_TOKEN (a gated base) from the hf-token Secret
+    }
+    spec = {
+        "entrypoint": shlex.join(entry),
+        "runtimeEnvYAML": yaml.dump(runtime_env, Dumper=_Dumper, sort_keys=False, width=100),
+        "shutdownAfterJobFinishes": True,
+        "ttlSecondsAfterFinished": 600,
+        "backoffLimit": 2,
+        "activeDeadlineSeconds": 172800,
+        "rayClusterSpec": cluster_spec(name, [], runs=True, api_keys=True, cpu_workers=(0, 0, 2),
+                                       gpu_from_zero=True, gpu_groups={FINETUNE_ACCELERATOR: (0, nodes)}),
+    }
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob",
+            "metadata": _meta(name, "rayjob", "finetune"), "spec": spec}
+
+
 def raycluster(cfg: dict[str, Any]) -> dict[str, Any]:
     models = served_gpu_models(cfg)
     return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
@@ -208,6 +254,8 @@ _ABOUT = {
                   "route /vllm/v1), llm_configs from conf/model/ via serving.vllm_app.llm_config_kwargs.",
     "rayjob": "The experiment's whole pipeline as a RayJob, on a cluster made for the run; results\n"
               "on the eval-runs volume (/mnt/runs), which outlives the cluster.",
+    "rayjob-finetune": "SQPsych's fine-tunes (python -m jobs.finetune) as a RayJob: Ray Train workers on\n"
+                       "the recipe's GPUs; checkpoints and model files on the eval-runs volume (/mnt/runs).",
     "raycluster": "A long-lived Ray cluster for `ray job submit`; its GPU group fits the experiment's\n"
                   "models at their max replicas and autoscales from zero.",
     "networkpolicy": "Ray pods admit traffic only from their own namespace (and the KubeRay operator\n"
@@ -224,6 +272,8 @@ def render(argv: list[str]) -> str:
     args = p.parse_intermixed_args(argv)
     if args.kind == "networkpolicy":
         doc = networkpolicy()
+    elif args.kind == "rayjob-finetune":
+        doc = rayjob_finetune(compose(args.overrides, "finetune"), args.overrides, args.run_id)
     else:
         cfg = compose(args.overrides)
         doc = {"rayservice": lambda: rayservice(cfg), "raycluster": lambda: raycluster(cfg),

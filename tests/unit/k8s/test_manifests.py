@@ -175,11 +175,13 @@ def test_llm_configs_validate_with_ray(name: str) -> None:
 def test_rayjob_runs_the_pipeline_and_keeps_its_results(name: str) -> None:
     spec = manifest(name)["spec"]
     argv = shlex.split(spec["entrypoint"])
-    assert argv[:3] == ["python", "-m", "jobs.pipeline"], argv
+    job = "jobs.finetune" if name == "rayjob-finetune.yaml" else "jobs.pipeline"
+    assert argv[:3] == ["python", "-m", job], argv
     overrides = dict(a.split("=", 1) for a in argv[3:])
     assert overrides["cluster"] == "auto"
-    experiment = overrides["experiment"]
-    assert name == f"rayjob-{experiment}.yaml"
+    if job == "jobs.pipeline":
+        experiment = overrides["experiment"]
+        assert name == f"rayjob-{experiment}.yaml"
     run_dir = overrides["run_dir"]
     assert spec["shutdownAfterJobFinishes"] is True and spec["ttlSecondsAfterFinished"] > 0
     # run_dir is on a PVC mounted by every Ray pod (the driver may land on any of them).
@@ -206,3 +208,16 @@ def test_readme_names_the_real_objects() -> None:
         assert f"name: {claim}" in readme, f"README does not create the PVC {claim}"
     assert "helm install" in readme and "kubectl apply -f" in readme
     assert "--from-literal=auth_token=" in readme and "ray-auth-token" in readme
+
+
+def test_the_finetune_rayjob_holds_the_recipes_gpus_and_reads_the_export_from_the_volume() -> None:
+    """conf/finetune/sqpsych_camel.yaml asks 8 GPUs: one 8-GPU A100 node, from zero; the export it
+    trains on and the checkpoints it writes are on the runs volume."""
+    spec = manifest("rayjob-finetune.yaml")["spec"]
+    overrides = dict(a.split("=", 1) for a in shlex.split(spec["entrypoint"])[3:])
+    assert overrides["finetune"] == "sqpsych_camel" and overrides["source_run"].startswith("/mnt/runs/")
+    gpu = [g for name, g in groups(spec["rayClusterSpec"]) if name != "head" and
+           ray_container(g)["resources"]["limits"].get(GPU_RESOURCE)]
+    assert len(gpu) == 1 and (gpu[0]["minReplicas"], gpu[0]["maxReplicas"]) == (0, 1)
+    assert ray_container(gpu[0])["resources"]["limits"][GPU_RESOURCE] == GPUS_PER_A100_NODE
+    assert "accelerate>=1.0" in yaml.safe_load(spec["runtimeEnvYAML"])["pip"]
