@@ -42,7 +42,6 @@ import pandas as pd
 from pydantic import Field
 
 from jobs.core.base import StrictModel
-
 from jobs.arena.common import ArenaRunConfig, language_note, seeded
 from jobs.arena.phases import load_phases, round_phases
 from jobs.arena.schemas import CARDS, MODE_PROCEDURE, ROLE_CLIENT, ROLE_COUNSELOR, SESSIONS, session_id
@@ -357,17 +356,15 @@ def record_inputs_lines(cfg: SessionsConfig, variants: list[str], counselors: li
 def write_session_rows(plans: list[SessionPlan], cards: pd.DataFrame, cfg: SessionsConfig,
                        sessions: TableStore) -> int:
     """SESSIONS rows for the plans whose dialogue has ended and that have no row yet."""
-    run_dir = Path(cfg.run_dir)
-    have = {k[0] for k in sessions.existing_keys()}
+    run_dir, have = Path(cfg.run_dir), {k[0] for k in sessions.existing_keys()}
     todo = {p.session_id: p for p in plans if p.session_id not in have}
     if not todo:
         return 0
     planned_phases = round_phases(load_phases(cfg.phases, cfg.rounds), cfg.rounds)
     by_card = _card_lookup(cards)
-    written = 0
-    # The ended dialogues of these plans only (the table holds every earlier iteration's too), a
-    # slice of them at a time, each slice's rows a part: a slice's turns are all the driver holds.
-    ids = list(todo)
+    # These plans' ended dialogues only (not earlier iterations'), a slice at a time, each slice's
+    # rows a part: a slice's turns are all the driver holds.
+    ids, written = list(todo), 0
     for start in range(0, len(ids), ROWS_SLICE):
         dialogues = TableStore(run_dir, DIALOGUES).read(only={"dialogue_id": ids[start:start + ROWS_SLICE]})
         rows = [session_row(todo[d["dialogue_id"]], d, by_card.get(todo[d["dialogue_id"]].card_id), cfg,
