@@ -175,16 +175,22 @@ def rayjob(cfg: dict[str, Any], overrides: list[str], run_id: str) -> dict[str, 
         # llm-api-keys Secret (envFrom), HF_TOKEN from hf-token, the Ray token from authOptions.
         "env_vars": {"PYTHONUNBUFFERED": "1"},
     }
+    return _rayjob_doc(name, experiment, entry, runtime_env,
+                       cluster_spec(name, models, runs=True, api_keys=True, cpu_workers=(1, 1, 8),
+                                    gpu_from_zero=True))
+
+
+def _rayjob_doc(name: str, experiment: str, entry: list[str], runtime_env: dict[str, Any],
+                cluster: dict[str, Any]) -> dict[str, Any]:
     spec = {
         "entrypoint": shlex.join(entry),
         "runtimeEnvYAML": yaml.dump(runtime_env, Dumper=_Dumper, sort_keys=False, width=100),
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": 600,
-        # Each retry resumes from the rows already in run_dir, on a fresh cluster.
+        # Each retry resumes from the rows (or checkpoints) already in run_dir, on a fresh cluster.
         "backoffLimit": 2,
         "activeDeadlineSeconds": 172800,
-        "rayClusterSpec": cluster_spec(name, models, runs=True, api_keys=True,
-                                       cpu_workers=(1, 1, 8), gpu_from_zero=True),
+        "rayClusterSpec": cluster,
     }
     return {"apiVersion": "ray.io/v1", "kind": "RayJob",
             "metadata": _meta(name, "rayjob", experiment), "spec": spec}
@@ -214,18 +220,9 @@ def rayjob_finetune(cfg: dict[str, Any], overrides: list[str], run_id: str) -> d
         "pip": [*IMAGE_PIP, *FINETUNE_PIP],
         "env_vars": {"PYTHONUNBUFFERED": "1"},  # HF_TOKEN (a gated base) from the hf-token Secret
     }
-    spec = {
-        "entrypoint": shlex.join(entry),
-        "runtimeEnvYAML": yaml.dump(runtime_env, Dumper=_Dumper, sort_keys=False, width=100),
-        "shutdownAfterJobFinishes": True,
-        "ttlSecondsAfterFinished": 600,
-        "backoffLimit": 2,
-        "activeDeadlineSeconds": 172800,
-        "rayClusterSpec": cluster_spec(name, [], runs=True, api_keys=True, cpu_workers=(0, 0, 2),
-                                       gpu_from_zero=True, gpu_groups={FINETUNE_ACCELERATOR: (0, nodes)}),
-    }
-    return {"apiVersion": "ray.io/v1", "kind": "RayJob",
-            "metadata": _meta(name, "rayjob", "finetune"), "spec": spec}
+    return _rayjob_doc(name, "finetune", entry, runtime_env,
+                       cluster_spec(name, [], runs=True, api_keys=True, cpu_workers=(0, 0, 2), gpu_from_zero=True,
+                                    gpu_groups={FINETUNE_ACCELERATOR: (0, nodes)}))
 
 
 def raycluster(cfg: dict[str, Any]) -> dict[str, Any]:

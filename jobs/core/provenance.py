@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from jobs.core.modelconfig import ModelConfig
 from jobs.core.rundir import read_run_record, write_run_record
+from jobs.core.hashing import file_sha256
 from jobs.core.sourcestamp import STAMP, stamp_record
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ def file_identity(path: str | Path, cache_file: str | Path | None = None,
         cache = {}
     digest = cache.get(key) if isinstance(cache, dict) else None
     if not digest:
-        digest = (hasher or _sha256)(path)
+        digest = (hasher or file_sha256)(path)
         cache = {k: v for k, v in (cache if isinstance(cache, dict) else {}).items()
                  if not k.startswith(f"{path.resolve()}|")}  # one entry per path: the cache stays small
         cache[key] = digest
@@ -158,14 +159,6 @@ def file_identity(path: str | Path, cache_file: str | Path | None = None,
         except OSError as exc:  # a read-only home: the record is still right, only slower next time
             log.debug("weights hash cache %s not written: %s", cache_path, exc)
     return {"file": path.name, "path": str(path), "size": st.st_size, "sha256": digest}
-
-
-def _sha256(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def source_kind(model: ModelConfig) -> str:

@@ -13,10 +13,11 @@ stamp was written) and counts the ones that were not shipped (a submission's `ex
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Callable
+
+from jobs.core.hashing import file_sha256
 
 __all__ = ["STAMP", "file_hashes", "read_stamp", "stamp_record", "write_stamp"]
 
@@ -24,17 +25,9 @@ STAMP = "SOURCE.json"
 FILES_SHOWN = 20  # differing files named in a record: enough to see what differs
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def file_hashes(root: Path, paths: list[str]) -> dict[str, str]:
     """sha256 of each of `paths` (relative to `root`) that is a file there."""
-    return {p: _sha256(root / p) for p in sorted(paths) if (root / p).is_file()}
+    return {p: file_sha256(root / p) for p in sorted(paths) if (root / p).is_file()}
 
 
 def write_stamp(root: Path, state: dict[str, Any], paths: list[str], written_at: str) -> Path:

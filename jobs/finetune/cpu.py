@@ -23,6 +23,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from jobs.core.hashing import file_sha256
 from jobs.finetune.config import FinetuneRecipe
 from jobs.finetune.cpu_data import EVENT_PREFIX, MODEL
 from jobs.finetune.trainer import FitResult
@@ -49,14 +50,6 @@ def parse_event(line: str) -> dict[str, Any] | None:
     if not isinstance(event, dict) or not isinstance(event.get("event"), str):
         raise ValueError(f"the worker's event line has no 'event' name: {line.strip()[:200]}")
     return event
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def resolve_base(source: str, expected_sha256: str | None) -> Path:
@@ -86,7 +79,7 @@ def resolve_base(source: str, expected_sha256: str | None) -> Path:
         path = Path(source).expanduser()
         if not path.is_file():
             raise ValueError(f"base_source {source!r}: no such GGUF file")
-    if expected_sha256 and sha256(path) != expected_sha256:
+    if expected_sha256 and file_sha256(path) != expected_sha256:
         raise ValueError(f"{path}: sha256 is not base_sha256 {expected_sha256} of the recipe (a changed or "
                          "partial file: delete it to fetch it again)")
     return path

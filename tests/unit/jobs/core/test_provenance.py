@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 from jobs.core import provenance
+from jobs.core.hashing import file_sha256
 from jobs.core.modelconfig import ModelConfig
 from jobs.core.rundir import RUN_FILE
 
@@ -93,7 +94,7 @@ def test_the_weights_hash_is_the_files_sha256_and_changes_only_with_the_file(tmp
 
     def counting(path):
         calls.append(path)
-        return provenance._sha256(path)
+        return file_sha256(path)
 
     one = provenance.file_identity(weights, cache, hasher=counting)
     assert one == {"file": "model.gguf", "path": str(weights), "size": len(first),
