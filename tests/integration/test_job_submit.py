@@ -68,6 +68,7 @@ def test_generate_job_via_ray_job_submit(head_node, tmp_path):
            sys.executable, "-m", "jobs.generate", f"run_dir={run_dir}", "dataset.limit=2",
            "generation.max_tokens=16", "serving.port=8125", "cluster=auto"]
     # .git is not shipped: the stamp written first names the commit in run.json (docs/cluster.md)
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     stamp = subprocess.run([sys.executable, "-m", "jobs.stamp"], cwd=ROOT, env=_env(), capture_output=True, text=True)
     assert stamp.returncode == 0, stamp.stderr
     try:
@@ -82,8 +83,7 @@ def test_generate_job_via_ray_job_submit(head_node, tmp_path):
         (ROOT / "SOURCE.json").unlink(missing_ok=True)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     code = json.loads((run_dir / "run.json").read_text())["attempts"][-1]["code"]
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    assert code["commit"] == head and code["source"].startswith("SOURCE.json"), code
+    assert code["commit"] == head and code["source"].startswith("SOURCE.json"), code  # HEAD when stamped
     # what was shipped matches the stamp; docs/, tests/, k8s/ were excluded, so not checked
     assert code["files_matched"] > 50 and "files_differ" not in code and code["files_absent"] > 50, code
     assert "succeeded" in proc.stdout
