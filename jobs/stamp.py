@@ -16,7 +16,6 @@ than its files match.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -55,13 +54,12 @@ def main(argv: list[str] | None = None) -> int:
         if state.get("source"):  # read from an older stamp: this is no checkout
             raise ValueError(f"{root} is not a git checkout (its commit came from {STAMP}); "
                              "run `python -m jobs.stamp` in the checkout the code comes from")
-        path = write_stamp(root, state, _shipped_paths(root) if state.get("commit") else [], provenance.now())
+        path, files = write_stamp(root, state, _shipped_paths(root) if state.get("commit") else [], provenance.now())
         _ignore_locally(root)
     except (ValueError, OSError, subprocess.CalledProcessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     dirty = f", dirty: {state.get('changed_count', 0)} changed file(s)" if state.get("dirty") else ""
-    files = len(json.loads(path.read_text(encoding="utf-8"))["files"])
     print(f"wrote {path.name}: commit {state['commit'][:12]}{dirty}; {files} files hashed. Ship it with the code "
           f"(ray job submit --working-dir .); run this again after any edit.")
     return 0

@@ -30,16 +30,17 @@ def file_hashes(root: Path, paths: list[str]) -> dict[str, str]:
     return {p: file_sha256(root / p) for p in sorted(paths) if (root / p).is_file()}
 
 
-def write_stamp(root: Path, state: dict[str, Any], paths: list[str], written_at: str) -> Path:
+def write_stamp(root: Path, state: dict[str, Any], paths: list[str], written_at: str) -> tuple[Path, int]:
     """Write `root/SOURCE.json`: `state` (git's answer: commit, dirty, changed...) and the hashes
-    of `paths`. Refuses a `state` without a commit: a stamp must name one."""
+    of `paths`; returns its path and the number of files hashed. Refuses a `state` without a
+    commit: a stamp must name one."""
     if not state.get("commit"):
         raise ValueError(f"{root} is not a git checkout ({state.get('note', 'no commit')}): there is no commit "
                          f"to stamp; run `python -m jobs.stamp` in the checkout the code comes from")
     body = {"written_at": written_at, **state, "files": file_hashes(root, paths)}
     path = root / STAMP
     path.write_text(json.dumps(body, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    return path
+    return path, len(body["files"])
 
 
 def read_stamp(root: Path) -> dict[str, Any] | None:
