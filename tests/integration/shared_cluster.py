@@ -68,7 +68,7 @@ def start(cpus: int | None = None) -> SharedCluster:
     cluster = SharedCluster(address="", port=_free_port(), temp_dir=temp_dir, env=extra)
     try:
         head = subprocess.run(
-            [str(Path(sys.executable).parent / "ray"), "start", "--head", "--port=0",
+            [str(Path(sys.executable).parent / "ray"), "start", "--head", "--dashboard-agent-listen-port=0", "--port=0",
              f"--num-cpus={cpus or os.cpu_count() or 2}", "--include-dashboard=false",
              "--node-ip-address=127.0.0.1", "--object-store-memory=1000000000"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)

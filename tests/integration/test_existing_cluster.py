@@ -47,7 +47,7 @@ def test_the_embedded_default_runs_beside_a_running_cluster_and_after_a_dead_one
     csv = tmp_path / "contexts.csv"
     pd.DataFrame({"id": [f"c{i}" for i in range(8)], "text": [f"I cannot sleep, day {i}." for i in range(8)]}
                  ).to_csv(csv, index=False)
-    start = subprocess.run([str(Path(sys.executable).parent / "ray"), "start", "--head", "--port=0", "--num-cpus=1",
+    start = subprocess.run([str(Path(sys.executable).parent / "ray"), "start", "--head", "--dashboard-agent-listen-port=0", "--port=0", "--num-cpus=1",
                             "--include-dashboard=false", "--node-ip-address=127.0.0.1"],
                            env=env, capture_output=True, text=True, timeout=180)
     try:

@@ -45,7 +45,7 @@ def head_node():
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     gcs, dash = _free_port(), _free_port()
     env = _env()
-    subprocess.run([RAY, "start", "--head", f"--port={gcs}", "--num-cpus=4", "--include-dashboard=true",
+    subprocess.run([RAY, "start", "--head", "--dashboard-agent-listen-port=0", f"--port={gcs}", "--num-cpus=4", "--include-dashboard=true",
                     "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", "--disable-usage-stats",
                     f"--temp-dir={temp_dir}"],
                    check=True, env=env, capture_output=True, timeout=180)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -133,8 +134,9 @@ def test_the_engine_gets_its_files_threads_not_rays_one(hosted):
     decodes on that many threads whatever n_threads says; the replica, and a llama-server under
     it, get the file's n_threads instead (2 here, where Ray would set 1)."""
     model, _, _ = hosted
+    # this module's cluster only: the session's shared cluster hosts a replica of the same name
     replicas = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
-                and _cmdline(p).startswith(f"ray::ServeReplica:{model.name}:")]
+                and _cmdline(p).startswith(f"ray::ServeReplica:{model.name}:") and _descends_from(p, os.getpid())]
     assert len(replicas) == 1, replicas
     want = str(model.engine_kwargs["n_threads"])
     assert want == "2" and _environ(replicas[0])["OMP_NUM_THREADS"] == want
@@ -149,6 +151,15 @@ def _cmdline(proc: Path) -> str:
         return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def _descends_from(proc: Path, ancestor: int) -> bool:
+    pid = _ppid(proc)
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        pid = _ppid(Path(f"/proc/{pid}"))
+    return False
 
 
 def _ppid(proc: Path) -> int:
