@@ -85,6 +85,10 @@ def named_models(cfg: dict[str, Any]) -> list[str]:
     `therapist_model`, at any depth, in order of appearance, each once."""
     known = set(known_names("model", [CONF_DIR]))
     found: list[str] = []
+    # A run's `finetune` step writes its models' files into the run (`<recipe name>-<portion>`,
+    # jobs/finetune/job.py) for the steps after it: no manifest can host them in advance.
+    recipe = (cfg.get("finetune") or {}).get("name") if "finetune" in (cfg.get("steps") or []) else None
+    own = f"{recipe}-".lower().replace("_", "-") if recipe else None
 
     def walk(node: Any, path: str) -> None:
         if not isinstance(node, dict):
@@ -95,6 +99,8 @@ def named_models(cfg: dict[str, Any]) -> list[str]:
                 continue
             if _MODEL_KEY.search(str(key)) and isinstance(value, (str, list)):
                 for name in [value] if isinstance(value, str) else value:
+                    if own and name not in known and name.startswith(own):
+                        continue
                     if name not in known:
                         raise ConfigError(f"`{where}` names {name!r}, which is not a model file in "
                                           f"conf/model/; known: {', '.join(sorted(known))}")

@@ -42,6 +42,18 @@ def test_unknown_model_names_the_key():
         named_models({"dialogue": {"therapist_model": "nope"}})
 
 
+def test_the_models_a_runs_finetune_step_writes_are_not_hosted_in_advance():
+    """sqpsych_finetune_demo's single_turn compares `smollm2-cpu-gemma3-270m`, a model file its
+    own finetune step writes into the run: skipped, while a misspelt name still fails."""
+    cfg = compose(["experiment=sqpsych_finetune_demo"])
+    assert cfg["single_turn"]["model"] == "smollm2-cpu-gemma3-270m"
+    assert named_models(cfg) == ["gemma3-270m"]
+    with pytest.raises(ConfigError, match=r"`single_turn.model` names 'smollm2-cpu-gemma3-270m'"):
+        named_models({**cfg, "steps": [s for s in cfg["steps"] if s != "finetune"]})
+    with pytest.raises(ConfigError, match=r"`single_turn.model` names 'smolm2-cpu-gemma3-270m'"):
+        named_models({**cfg, "single_turn": {**cfg["single_turn"], "model": "smolm2-cpu-gemma3-270m"}})
+
+
 def test_compose_error_is_a_config_error():
     with pytest.raises(ConfigError, match="no_such_experiment"):
         compose(["experiment=no_such_experiment"])
