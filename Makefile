@@ -44,8 +44,16 @@ $(CHROMIUM):
 	@command -v apt-get >/dev/null || { echo "error: install Chromium at $(CHROMIUM) (used by the report test)"; exit 1; }
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 
+# With no ARGS: the integration tests, one at a time (they start clusters and share the model
+# server and the cores), then the unit tests over two processes (pytest-xdist: CPU-bound, no
+# Ray). Both always run; the first failure's code is kept. ARGS: one pytest run of what it names.
 test: $(STAMP) $(LLAMA_SERVER) $(CHROMIUM)
+ifeq ($(strip $(ARGS)),)
+	@rc=0; $(PY) -m pytest tests/integration || rc=$$?; \
+	$(PY) -m pytest -n 2 tests --ignore=tests/integration || { b=$$?; [ $$rc -ne 0 ] || rc=$$b; }; exit $$rc
+else
 	$(PY) -m pytest $(ARGS)
+endif
 
 bench: $(STAMP) $(LLAMA_SERVER)
 	$(PY) -m benchmarks.throughput

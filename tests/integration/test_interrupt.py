@@ -1,11 +1,14 @@
-"""Issue 42, point 6: an interrupt keeps every answered call. Tried as a user would:
-`jobs.generate` at concurrency 4 against an endpoint answering after 0.5 s, SIGINT to the driver
-alone (`timeout -s INT`, a scheduler's `kill -INT`) once calls were flowing: 22 calls sent, 14
-rows kept. The workers went on sending while Ray Data tore the stage down, and those answers
-were dropped. Now the interrupted workers send nothing new and keep what their calls on the wire
-answer. Here both ways a user sends it (the driver alone; the whole process group, as Ctrl-C in a
-terminal) and at two moments (just after the first call went out; mid-run), each run resuming the
-one before, judged by the fake endpoint's own log of every request it received."""
+"""An interrupt keeps every answered call. Tried as a user would: `jobs.generate` at concurrency 4
+against an endpoint answering after 0.5 s, SIGINT to the driver alone (`timeout -s INT`, a
+scheduler's `kill -INT`) once calls were flowing: 22 calls sent, 14 rows kept. The workers went on
+sending while Ray Data tore the stage down, and those answers were dropped. Now the interrupted
+workers send nothing new and keep what their calls on the wire answer. Here every way a user
+sends one: SIGINT to the driver alone and to the whole process group (Ctrl-C in a terminal), and
+SIGTERM to the driver (`ray job stop`, a pod's shutdown), at two moments (just after the first
+call went out; mid-run), each run resuming the one before, judged by the fake endpoint's own log
+of every request it received: every call answered before the signal is a row, at most the calls
+in flight are not, one line says how many rows and how to resume (exit 128 + the signal), and
+the resume sends none of the kept rows again."""
 
 from __future__ import annotations
 
@@ -23,8 +26,9 @@ from tests.fakes.openai_server import FakeServer
 pytestmark = pytest.mark.integration
 
 N, LATENCY, CONCURRENCY = 120, 0.5, 4
-# (requests of this run before the signal, to the whole group?)
-MOMENTS = ((1, False), (1, True), (30, False), (30, True))
+# (requests of this run before the signal, to the whole group?, the signal)
+MOMENTS = ((1, False, signal.SIGINT), (30, False, signal.SIGINT), (30, True, signal.SIGINT),
+           (12, False, signal.SIGTERM))
 
 
 def _args(models: Path, csv: Path, run_dir: Path, *extra: str) -> list[str]:
@@ -43,22 +47,24 @@ def test_an_interrupt_to_the_driver_or_its_group_keeps_every_answered_call_and_r
         models = write_model_dir(tmp_path / "models", "slow", server.base_url, concurrency=CONCURRENCY)
         # Parts every 30 s: what is kept is what the interrupt collects, not a routine flush.
         args = _args(models, csv, run_dir, "flush_every_s=30")
-        for i, (k, group) in enumerate(MOMENTS):
+        for i, (k, group, sig) in enumerate(MOMENTS):
             before = len(server.log_lines())
             log_path = tmp_path / f"run{i}.log"
             proc = start_job("jobs.generate", *args, log_path=log_path)
             deadline = time.monotonic() + 240
             while time.monotonic() < deadline and len(server.log_lines()) < before + k and proc.poll() is None:
                 time.sleep(0.01)
-            os.killpg(proc.pid, signal.SIGINT) if group else os.kill(proc.pid, signal.SIGINT)
+            signalled = time.time()
+            os.killpg(proc.pid, sig) if group else os.kill(proc.pid, sig)
             try:
                 proc.wait(timeout=120)
             finally:
                 kill_group(proc)
             time.sleep(0.5)  # a request still on its way is logged when the fake reads it
             out = log_path.read_text()
-            assert proc.returncode == 130, (i, out[-3000:])
-            sent = [r["request_key"].split("|")[0] for r in server.log_lines()[before:]]
+            assert proc.returncode == 128 + sig, (i, out[-3000:])
+            log = server.log_lines()[before:]
+            sent = [r["request_key"].split("|")[0] for r in log]
             assert len(sent) == len(set(sent)) and not set(sent) & kept_before, (i, sorted(set(sent) & kept_before))
             df = pd.read_parquet(run_dir / "responses") if (run_dir / "responses").exists() else pd.DataFrame(
                 {"context_id": [], "status": []})
@@ -68,7 +74,11 @@ def test_an_interrupt_to_the_driver_or_its_group_keeps_every_answered_call_and_r
             # Everything sent is kept but what was on the wire when the workers gave up waiting:
             # at 0.5 s a call, nothing (bound: the concurrency).
             assert len(sent) - len(kept) <= CONCURRENCY, (i, len(sent), len(kept), out[-2000:])
-            assert f"interrupted (SIGINT): {len(kept)} row(s) saved in {run_dir}" in out, out[-3000:]
+            # Answered before the signal: the endpoint answers LATENCY after the arrival it logs; a
+            # quarter second more for the answer to reach its worker.
+            answered = {key for key, r in zip(sent, log) if r["time"] + LATENCY + 0.25 < signalled}
+            assert answered <= kept, (i, sorted(answered - kept))
+            assert f"interrupted ({sig.name}): {len(kept)} row(s) saved in {run_dir}" in out, out[-3000:]
             assert "resume with: python -m jobs.generate" in out and "Traceback" not in out, out[-3000:]
             kept_before |= kept
         assert 0 < len(kept_before) < N

@@ -1,17 +1,20 @@
 """Runs a user can trust (issue 10), each as a user meets it: `python -m jobs.generate` in a
-subprocess against the loopback fake endpoint. Each test names the failure it pins."""
+subprocess against the loopback fake endpoint. Each test names the failure it pins. Interrupts
+(Ctrl-C, a scheduler's SIGINT, SIGTERM) are `test_interrupt.py`'s.
+
+The jobs that get as far as the cluster join the shared one (`hosted`): the fake is an `openai`
+model at a URL, so the cluster only runs the stage workers, and nothing here reads what a job
+says about its own cluster. The checks that stop a job before it connects start no cluster."""
 
 from __future__ import annotations
 
 import os
-import signal
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.conftest import kill_group, run_job, start_job, write_model_dir
+from tests.conftest import run_job, write_model_dir
 from tests.fakes.openai_server import FakeServer
 
 pytestmark = pytest.mark.integration
@@ -29,7 +32,7 @@ def _args(models: Path, csv: Path, run_dir: Path, *extra: str, model: str = "fak
             "dataset.columns.context=text", "dataset.columns.human_response=null", *extra]
 
 
-def test_a_run_directory_refuses_another_dataset_and_says_how_to_start_a_new_run(tmp_path):
+def test_a_run_directory_refuses_another_dataset_and_says_how_to_start_a_new_run(tmp_path, hosted):
     """Item 1: dataset B on a run started with dataset A was "1 already written, 3 to send" and
     mixed both in one table. Now: exit 2 naming what differs, nothing sent, tables untouched;
     adding a model to the same run is allowed and said."""
@@ -38,16 +41,18 @@ def test_a_run_directory_refuses_another_dataset_and_says_how_to_start_a_new_run
     with FakeServer() as server:
         models = write_model_dir(tmp_path / "models", "fake", server.base_url)
         write_model_dir(models, "fake2", server.base_url)
-        run_job("jobs.generate", *_args(models, a, run_dir, name="A"))
+        run_job("jobs.generate", *_args(models, a, run_dir, name="A"), *hosted.overrides, env=hosted.env)
         sent = len(server.log_lines())
         report = (run_dir / "input_report.json").read_text()
-        other = run_job("jobs.generate", *_args(models, b, run_dir, name="B"), check=False)
+        other = run_job("jobs.generate", *_args(models, b, run_dir, name="B"), *hosted.overrides, check=False,
+                        env=hosted.env)
         assert other.returncode == 2, other.stderr[-2000:]
         assert "dataset: \"A\" when the run started, \"B\" now" in other.stderr
         assert "dataset_file" in other.stderr and "run_dir=<a new path>" in other.stderr
         assert "Traceback" not in other.stderr
         assert len(server.log_lines()) == sent and (run_dir / "input_report.json").read_text() == report
-        more = run_job("jobs.generate", *_args(models, a, run_dir, name="A"), "models=[fake,fake2]")
+        more = run_job("jobs.generate", *_args(models, a, run_dir, name="A"), "models=[fake,fake2]",
+                       *hosted.overrides, env=hosted.env)
         assert "adding models to the run: fake2" in more.stdout and "3 already written, 3 to send" in more.stdout
     df = pd.read_parquet(run_dir / "responses")
     assert len(df) == 6 and set(df["dataset"]) == {"A"}
@@ -68,7 +73,7 @@ def test_unwritable_output_is_found_before_the_first_call(tmp_path):
         assert "Traceback" not in proc.stderr and server.log_lines() == []
 
 
-def test_nothing_worked_exits_non_zero_with_the_reasons_counted(tmp_path):
+def test_nothing_worked_exits_non_zero_with_the_reasons_counted(tmp_path, hosted):
     """Item 3: every call answered 500 was "0 ok, 6 failed", exit 0. Now exit 1 with "6 x
     InternalServerError 500"; max_failed_fraction=1 accepts it. Item 8: generate.log holds the
     console's lines and each failed row's reason. Item 9: a 25,000-character context on a
@@ -78,7 +83,8 @@ def test_nothing_worked_exits_non_zero_with_the_reasons_counted(tmp_path):
     with FakeServer(always_fail="500") as server:
         models = write_model_dir(tmp_path / "models", "fake", server.base_url, max_retries=1,
                                  engine_kwargs={"n_ctx": 2048})
-        proc = run_job("jobs.generate", *_args(models, csv, run_dir), check=False)
+        proc = run_job("jobs.generate", *_args(models, csv, run_dir), *hosted.overrides, check=False,
+                       env=hosted.env)
         log = server.log_lines()
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "0 ok, 7 failed" in proc.stdout
@@ -95,7 +101,8 @@ def test_nothing_worked_exits_non_zero_with_the_reasons_counted(tmp_path):
 
     with FakeServer(always_fail="500") as server:
         write_model_dir(models, "fake", server.base_url, max_retries=0)
-        ok = run_job("jobs.generate", *_args(models, csv, run_dir), "max_failed_fraction=1.0", check=False)
+        ok = run_job("jobs.generate", *_args(models, csv, run_dir), "max_failed_fraction=1.0", *hosted.overrides,
+                     check=False, env=hosted.env)
     assert ok.returncode == 0 and "resume: 7 failed row(s)" in ok.stdout
 
 
@@ -121,84 +128,21 @@ def test_checks_before_the_run_missing_key_and_refused_connection(tmp_path):
     assert not list((tmp_path / "r2" / "responses").glob("part-*"))
 
 
-# Where each interrupt lands: after the k-th request of its run arrives, plus `after` seconds.
-# The calls of one wave are answered `latency` after they arrive, the wave before about when
-# they arrived; so: just after a wave was answered (the issue's case: rows answered and still
-# held by their worker), just before the next wave is answered (a wave held for most of the
-# workers' sink interval), and mid-call by SIGTERM (`ray job stop`, a pod's shutdown), which
-# takes the same path. Each run after the first resumes the one before.
-INTERRUPTS = ((12, 0.05, signal.SIGINT), (12, 0.45, signal.SIGINT), (12, 0.2, signal.SIGTERM))
-
-
-def test_an_interrupt_at_any_moment_keeps_every_answered_call_and_resume_sends_none_of_them(tmp_path):
-    """Issue 10, item 4: Ctrl-C after 84 of 200 requests wrote 32 rows (the rest were in their
-    blocks), with a traceback. Issue 34, item 6: Ctrl-C at concurrency 4 against a 0.5 s endpoint
-    still lost 6 answered calls in two of three runs (80 sent, 74 kept), sent again on resume:
-    rows answered within the workers' sink interval were in the workers that Ray Data killed at
-    the signal. Now the driver drains the workers first. At each moment, judged by the endpoint's
-    own log: every call answered before the signal is a row, at most the 4 calls in flight are
-    missing, one line says how many rows and how to resume (exit 128 + the signal), and the
-    resume sends none of the kept rows again: one row per key, all ok."""
-    n, latency, concurrency = 64, 0.5, 4
-    csv = _csv(tmp_path / "c.csv", n)
-    run_dir = tmp_path / "run"
-    saved: set[str] = set()
-    with FakeServer(latency=latency) as server:
-        models = write_model_dir(tmp_path / "models", "slow", server.base_url, concurrency=concurrency)
-        # Parts every 30 s: what is kept is what the interrupt collects, not a routine flush.
-        args = _args(models, csv, run_dir, "flush_every_s=30", model="slow")
-        for i, (k, after, sig) in enumerate(INTERRUPTS):
-            before = len(server.log_lines())
-            proc = start_job("jobs.generate", *args, log_path=tmp_path / f"run{i}.log")
-            deadline = time.monotonic() + 240
-            while time.monotonic() < deadline and len(server.log_lines()) < before + k and proc.poll() is None:
-                time.sleep(0.01)
-            time.sleep(after)
-            signalled = time.time()
-            os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.send_signal(sig)  # Ctrl-C: the group
-            try:
-                proc.wait(timeout=120)
-            finally:
-                kill_group(proc)
-            out = (tmp_path / f"run{i}.log").read_text()
-            assert proc.returncode == 128 + sig, out[-3000:]
-            assert f"{len(saved)} already written, {n - len(saved)} to send" in out
-            log = server.log_lines()[before:]
-            keys = [r["request_key"].split("|")[0] for r in log]
-            assert not set(keys) & saved, sorted(set(keys) & saved)  # the resume re-sent no kept row
-            df = pd.read_parquet(run_dir / "responses")
-            assert df["context_id"].is_unique and (df["status"] == "ok").all()
-            kept = set(df["context_id"]) - saved
-            arrived = {key for key, r in zip(keys, log) if r["time"] < signalled}
-            # Answered: the endpoint answers `latency` after the arrival it logs; a quarter second
-            # more for the answer to reach its worker.
-            answered = {key for key, r in zip(keys, log) if r["time"] + latency + 0.25 < signalled}
-            assert answered and answered <= kept, (i, sorted(answered - kept))
-            assert len(arrived - kept) <= concurrency, (i, sorted(arrived - kept))
-            assert f"interrupted ({sig.name}): {len(kept)} row(s) saved in {run_dir}" in out
-            assert "resume with: python -m jobs.generate" in out and f"run_dir={run_dir}" in out
-            assert "Traceback" not in out, out[-3000:]
-            saved |= kept
-    # The last run's rows are skipped by the next one too (its plan; a dry run starts no Ray).
-    assert f"{len(saved)} already written, {n - len(saved)} to send" in run_job(
-        "jobs.generate", *args, "dry_run=true").stdout
-
-
-def test_a_corrupt_part_is_moved_aside_on_resume_and_its_rows_sent_again(tmp_path):
+def test_a_corrupt_part_is_moved_aside_on_resume_and_its_rows_sent_again(tmp_path, hosted):
     """Item 6: a half-written part crashed the resume with a pyarrow traceback. Now the resuming
     job moves it to RUN_DIR/corrupt/responses/, says so, and sends exactly its rows again."""
     csv = _csv(tmp_path / "c.csv", 6)
     run_dir = tmp_path / "run"
     with FakeServer() as server:
         models = write_model_dir(tmp_path / "models", "fake", server.base_url)
-        args = _args(models, csv, run_dir)
-        run_job("jobs.generate", *args, "dataset.limit=3")
+        args = _args(models, csv, run_dir, *hosted.overrides)
+        run_job("jobs.generate", *args, "dataset.limit=3", env=hosted.env)
         victim = next((run_dir / "responses").glob("part-*.parquet"))
-        run_job("jobs.generate", *args)  # two parts: c000-c002, then c003-c005
+        run_job("jobs.generate", *args, env=hosted.env)  # two parts: c000-c002, then c003-c005
         lost = set(pd.read_parquet(victim)["context_id"])
         victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])  # half-written
         before = len(server.log_lines())
-        again = run_job("jobs.generate", *args)
+        again = run_job("jobs.generate", *args, env=hosted.env)
         resent = {r["request_key"].split("|")[0] for r in server.log_lines()[before:]}
     aside = run_dir / "corrupt" / "responses" / victim.name
     assert f"moved it to {aside}" in again.stderr and aside.is_file()
