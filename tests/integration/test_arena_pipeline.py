@@ -5,7 +5,7 @@ supervisor and counselor scales, all filled in by the one evaluator -> one optim
 of one psycho session in the paper's mode (the evaluator writes the feedback; the session
 restarts and every counselor turn is drafted, reflected on and rewritten; re-scored) -> the
 report with its before/after table.
-Then a re-run on the same run directory sends nothing again. One card here, two in the demo."""
+Then a re-run on the same run directory sends nothing again. One card, as in the demo."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ ROLES = {"arena_client": "client", "arena_supervisor": "supervisor", "arena_coun
 @pytest.fixture(scope="module")
 def arena_run(tmp_path_factory, hosted):
     run_dir = tmp_path_factory.mktemp("arena") / "run"
-    # One card (the demo has two): both prompts, the loop and the report at half the suite's time.
+    # One card, as the demo: both prompts, the loop and the report.
     # A 270M base model may leave a counselor turn empty (it writes the client's next line, which
     # the cleaner drops): a failed row, not a crash. Four regenerations rather than the demo's two:
     # a CI run had one session fail after three tries, and the re-run, sending only that session,
