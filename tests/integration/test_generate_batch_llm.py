@@ -38,7 +38,9 @@ def args(models: Path, csv: Path, run_dir: Path, names: str, engine: str, *more:
             "generation.max_tokens=40", "generation.stop=[END]", "max_failed_fraction=1.0", "flush_every_s=0.5", *more]
 
 
-def test_both_engines_write_the_same_rows_and_the_batch_path_resumes(tmp_path):
+def test_both_engines_write_the_same_rows_and_the_batch_path_resumes(tmp_path, hosted):
+    # On the session's shared cluster (tests/integration/shared_cluster.py): the three jobs need
+    # a cluster for their stage workers, not one of their own.
     texts = contexts(tmp_path / "c.csv", 8)
     first = sorted(texts)[:6]
     record = tmp_path / "bodies.jsonl"
@@ -50,13 +52,15 @@ def test_both_engines_write_the_same_rows_and_the_batch_path_resumes(tmp_path):
         csv = tmp_path / "c.csv"
         runs = {e: tmp_path / e for e in ("stage", "ray_data_llm")}
         for engine, run_dir in runs.items():
-            run_job("jobs.generate", *args(models, csv, run_dir, "fake,dead,rec", engine, "dataset.limit=6"))
+            run_job("jobs.generate", *args(models, csv, run_dir, "fake,dead,rec", engine, "dataset.limit=6"),
+                    *hosted.overrides, env=hosted.env)
         tables = {e: pd.read_parquet(d / "responses").set_index(["context_id", "model"]).sort_index()
                   for e, d in runs.items()}
         sent_first = len(fake.log_lines())
 
         # Resume on the stage's run directory with the batch engine and two more contexts.
-        again = run_job("jobs.generate", *args(models, csv, runs["stage"], "fake,dead,rec", "ray_data_llm"))
+        again = run_job("jobs.generate", *args(models, csv, runs["stage"], "fake,dead,rec", "ray_data_llm"),
+                        *hosted.overrides, env=hosted.env)
         resumed = fake.log_lines()[sent_first:]
         rec.stats()  # flushes the endpoint's record of requests
         bodies = [json.loads(line) for line in record.read_text().splitlines()]
