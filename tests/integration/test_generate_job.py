@@ -106,15 +106,17 @@ def _provenance_checks(run_dir: Path, stdout: str, head_before: str | None) -> d
     return attempt
 
 
-def test_faults_are_retried_and_dead_endpoints_become_error_rows(tmp_path):
-    """30% of calls answered 429/500/timeout: every row ok. Always 503: every row error, none lost."""
+def test_faults_are_retried_and_dead_endpoints_become_error_rows(tmp_path, hosted):
+    """30% of calls answered 429/500/timeout: every row ok. Always 503: every row error, none lost.
+    The fakes are `openai` models at a URL: the job joins the shared cluster for its stage workers."""
     csv = _contexts_csv(tmp_path / "contexts.csv", 60)
     with FakeServer(latency=0.02, fault_rate=0.3, fault_kinds="429,500,timeout", retry_after=0.05,
                     timeout_sleep=10, seed=3) as flaky, FakeServer(always_fail="503") as dead:
         models = write_model_dir(tmp_path / "models", "flaky", flaky.base_url, timeout_s=1.0, max_retries=10)
         write_model_dir(models, "dead", dead.base_url, max_retries=2)
         proc = run_job("jobs.generate", f"hydra.searchpath=[file://{models}]", "models=[flaky,dead]",
-                       f"run_dir={tmp_path / 'run'}", *_dataset_overrides(csv), check=False)
+                       f"run_dir={tmp_path / 'run'}", *_dataset_overrides(csv), *hosted.overrides, check=False,
+                       env=hosted.env)
         flaky_stats = flaky.stats()
     # Half the rows failed (every call of the dead endpoint): written as rows, summarized with
     # their reason and count, and the exit code says so (max_failed_fraction defaults to 0).
@@ -164,17 +166,24 @@ def test_sigkill_halfway_then_resume_gives_one_row_per_key_and_resends_nothing_w
 
 
 @pytest.mark.parametrize("rows_per_task", [64, 32])
-def test_a_small_stage_has_all_its_rows_in_flight_at_once(tmp_path, rows_per_task):
+def test_a_small_stage_has_all_its_rows_in_flight_at_once(tmp_path, rows_per_task, request):
     """64 contexts at concurrency 64, as one block of 64 (one worker) or two of 32 (the two stage
     workers of the embedded cluster, 32 calls each): the endpoint sees 64 calls open together.
     Ray Data used to split a staged block of 64 into 4 of 16, of which the one worker ran 2 at a
     time, and to join two staged blocks of 32 into one, which only one of two workers got: 32 in
-    flight either way."""
+    flight either way.
+
+    One block needs one worker: that case joins the shared cluster. Two blocks need two workers
+    at once, which the shared cluster's CPUs beside its model replica may not hold (one of two on
+    2 cores): that case starts its own."""
+    joined = request.getfixturevalue("hosted") if rows_per_task == 64 else None
+    join = joined.overrides if joined else []
     csv = _contexts_csv(tmp_path / "contexts.csv", 64)
     with FakeServer(latency=1.5) as server:
         models = write_model_dir(tmp_path / "models", "wide", server.base_url, concurrency=64)
         run_job("jobs.generate", f"hydra.searchpath=[file://{models}]", "models=[wide]",
-                f"run_dir={tmp_path / 'run'}", f"rows_per_task={rows_per_task}", *_dataset_overrides(csv))
+                f"run_dir={tmp_path / 'run'}", f"rows_per_task={rows_per_task}", *_dataset_overrides(csv), *join,
+                env=joined.env if joined else None)
         stats = server.stats()
     assert stats["requests"] == 64 and stats["max_in_flight"] == 64, stats
     assert not (tmp_path / "run" / ".staging").exists()  # the staged rows went with the stage
