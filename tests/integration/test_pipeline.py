@@ -74,9 +74,11 @@ def test_demo_output_is_quiet(demo_run):
     assert not noisy, noisy[:10]
 
 
-def test_a_toy_scale_is_judged_end_to_end_by_the_bundled_model(demo_run, tmp_path):
+def test_a_toy_scale_is_judged_end_to_end_by_the_bundled_model(demo_run, tmp_path, hosted):
     """A three-item scale with per-item ranges, a sum and a pass mark, judged by the real model
-    through the same job and stage as MentalBench; scores land in the same table."""
+    through the same job and stage as MentalBench; scores land in the same table. The judge job
+    joins the shared cluster, where the bundled model is already hosted (the demo's cluster went
+    with the demo)."""
     run_dir, _ = demo_run
     (tmp_path / "rubric").mkdir()
     path = tmp_path / "rubric" / "toy.yaml"  # a user's folder on the config search path
@@ -88,8 +90,7 @@ def test_a_toy_scale_is_judged_end_to_end_by_the_bundled_model(demo_run, tmp_pat
         "aggregates": {"total": {"items": ["warmth", "focus", "safety"], "how": "sum", "pass_above": 6}},
     }))
     run_job("jobs.judge", f"run_dir={run_dir}", f"hydra.searchpath=[file://{tmp_path}]", "rubric=toy",
-            "judges=[gemma3-270m]",
-            "judge_generation.max_tokens=80", "serving.port=8127")
+            "judges=[gemma3-270m]", "judge_generation.max_tokens=80", *hosted.overrides, env=hosted.env)
     scores = pd.read_parquet(run_dir / "scores")
     toy = scores[scores["rubric"] == "toy"]
     assert len(toy) == 4 * 3 and (toy["status"] == "ok").all(), toy[["item", "status", "error"]]
