@@ -1,9 +1,11 @@
 """The dialogue engine on a real local Ray cluster, killed mid-way with SIGKILL and re-run: every
 dialogue resumes from its last written turn and no completed turn is sent again.
 
-The job is this module run as `python -m tests.integration.test_dialogue_resume RUN_DIR URL`:
-`run_dialogues` (governance check, plan, resume, Ray Data stage) on 16 dialogues of 12 turns
-against the loopback fake (0.3 s a call), so a run lasts a few seconds once Ray is up.
+The job is this module run as `python -m tests.integration.test_dialogue_resume RUN_DIR URL
+[ADDRESS]`: `run_dialogues` (governance check, plan, resume, Ray Data stage) on 16 dialogues of
+12 turns against the loopback fake (0.3 s a call), so a run lasts a few seconds once Ray is up.
+The killed run starts its own cluster (the SIGKILL to its session takes that cluster with it);
+the resume needs only the run directory and joins the shared one (ADDRESS).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ pytestmark = pytest.mark.integration
 N_DIALOGUES, N_TURNS = 16, 12
 
 
-def _job(run_dir: str, base_url: str) -> int:
+def _job(run_dir: str, base_url: str, address: str | None = None) -> int:
     from cluster.config import ClusterConfig
     from jobs.config import RunConfig
     from jobs.dialogue import AgentSpec, DialogueRules, DialogueSpec, run_dialogues
@@ -38,7 +40,7 @@ def _job(run_dir: str, base_url: str) -> int:
         agents=[AgentSpec(role="therapist", label="Therapist", model="fake", template="{who}: say {turn}"),
                 AgentSpec(role="client", label="Client", model="fake", template="{who}: reply {turn}")],
     ) for i in range(N_DIALOGUES)]
-    run = RunConfig(experiment="dialogue_resume", run_dir=run_dir, cluster=ClusterConfig(),
+    run = RunConfig(experiment="dialogue_resume", run_dir=run_dir, cluster=ClusterConfig(address=address),
                     serving=ServingConfig(), flush_every_s=0.2, rows_per_task=4)
     counts = run_dialogues(specs, ["public"] * len(specs), {"fake": model}, run)
     print(f"counts: {dict(counts)}", flush=True)
@@ -50,7 +52,7 @@ def _turn_key(request_key: str) -> tuple[str, int]:
     return did, int(turn.split("/")[0])
 
 
-def test_sigkill_mid_way_then_resume_from_the_last_written_turn(tmp_path):
+def test_sigkill_mid_way_then_resume_from_the_last_written_turn(tmp_path, hosted):
     run_dir = tmp_path / "run"
     with FakeServer(latency=0.3) as fake:
         args = [str(run_dir), fake.base_url]
@@ -68,7 +70,7 @@ def test_sigkill_mid_way_then_resume_from_the_last_written_turn(tmp_path):
         completed = set(zip(turns["dialogue_id"], turns["turn"].astype(int)))
         sent_before = len(fake.log_lines())
 
-        second = run_job("tests.integration.test_dialogue_resume", *args)
+        second = run_job("tests.integration.test_dialogue_resume", *args, hosted.address, env=hosted.env)
         resumed = int(re.search(r"(\d+) resume after their written turns", second.stdout).group(1))
         log = fake.log_lines()[sent_before:]
 
@@ -96,4 +98,4 @@ def test_sigkill_mid_way_then_resume_from_the_last_written_turn(tmp_path):
 
 
 if __name__ == "__main__":
-    sys.exit(_job(sys.argv[1], sys.argv[2]))
+    sys.exit(_job(*sys.argv[1:4]))

@@ -132,8 +132,10 @@ def test_faults_are_retried_and_dead_endpoints_become_error_rows(tmp_path, hoste
     assert bad["error"].str.contains("503").all() and (bad["attempts"] == 3).all()
 
 
-def test_sigkill_halfway_then_resume_gives_one_row_per_key_and_resends_nothing_written(tmp_path):
-    """A run killed with SIGKILL mid-way, re-run on the same directory, completes exactly once."""
+def test_sigkill_halfway_then_resume_gives_one_row_per_key_and_resends_nothing_written(tmp_path, hosted):
+    """A run killed with SIGKILL mid-way, re-run on the same directory, completes exactly once.
+    The killed run starts its own cluster (the SIGKILL to its session takes that cluster with it);
+    the resume needs only the run directory and joins the shared cluster."""
     csv = _contexts_csv(tmp_path / "contexts.csv", 160)
     run_dir = tmp_path / "run"
     with FakeServer(latency=0.25) as server:
@@ -155,7 +157,7 @@ def test_sigkill_halfway_then_resume_gives_one_row_per_key_and_resends_nothing_w
         first_keys = set(pd.read_parquet(run_dir / "responses")["context_id"])
         sent_before = len(server.log_lines())
 
-        second = run_job("jobs.generate", *args)
+        second = run_job("jobs.generate", *args, *hosted.overrides, env=hosted.env)
         assert f"{len(first_keys)} already written, {160 - len(first_keys)} to send" in second.stdout
         log = server.log_lines()
 
