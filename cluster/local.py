@@ -272,8 +272,8 @@ def start(workers: int = 2, cpus: float = 1, object_store_gb: float = 0.5, direc
     # Every node's dashboard agent on a port of its own: Ray's default (52365) is taken by the
     # first node of any cluster on the machine, and a node whose agent cannot bind it runs no job
     # agent (`ray job submit` then answers "No available agent to submit job").
-    head_args = ["--head", "--dashboard-agent-listen-port=0", "--port=0", "--num-cpus=0", "--node-ip-address=127.0.0.1", f"--object-store-memory={store}",
-                 f"--labels={NAME_LABEL}=head",
+    head_args = ["--head", "--dashboard-agent-listen-port=0", "--port=0", "--num-cpus=0",
+                 "--node-ip-address=127.0.0.1", f"--object-store-memory={store}", f"--labels={NAME_LABEL}=head",
                  *([f"--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}", "--include-dashboard=true"]
                    if dashboard else ["--include-dashboard=false"])]
     cluster = LocalCluster(dir=str(directory), temp_dir=temp_dir, address="", dashboard=None)
@@ -303,8 +303,9 @@ def _start_worker(cluster: LocalCluster, cpus: float, store: str, env: dict[str,
     # `--temp-dir` names one.)
     own = Path(cluster.temp_dir) / f"w{i}"
     own.mkdir()
-    pids = _ray_start([f"--address={cluster.address}", "--dashboard-agent-listen-port=0", f"--num-cpus={cpus:g}", "--node-ip-address=127.0.0.1",
-                       f"--object-store-memory={store}", f"--resources={json.dumps({'worker_node': 1})}",
+    pids = _ray_start([f"--address={cluster.address}", "--dashboard-agent-listen-port=0", f"--num-cpus={cpus:g}",
+                       "--node-ip-address=127.0.0.1", f"--object-store-memory={store}",
+                       f"--resources={json.dumps({'worker_node': 1})}",
                        # its name in the jobs' placement lines (`cluster.placement`)
                        f"--labels={NAME_LABEL}=worker-{i}", f"--temp-dir={own}"], env, cluster.temp_dir,
                       f"worker-{i}", Path(cluster.dir) / START_LOG)

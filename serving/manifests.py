@@ -37,11 +37,10 @@ from typing import Any
 
 import yaml
 
-from serving.capacity import check_fit
+from serving.capacity import ACCELERATORS, check_fit
 from jobs.core.modelconfig import ModelConfig
 from jobs.core.configfiles import CONF_DIR, ConfigError, find_group_file, known_names, load_model
 from serving.deploy import VLLM_APP
-from serving.capacity import ACCELERATORS
 from serving.kuberay import (  # noqa: F401  (re-exported: the manifests' public names)
     AUTH_SECRET, IMAGE, OPERATOR_NAMESPACE, RUNS_MOUNT, cluster_spec, gpu_nodes, networkpolicy,
     pack_nodes,
