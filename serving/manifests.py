@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from serving.capacity import ACCELERATORS, check_fit
-from jobs.core.modelconfig import ModelConfig
+from jobs.core.modelconfig import ModelConfig, run_model_name
 from jobs.core.configfiles import CONF_DIR, ConfigError, find_group_file, known_names, load_model
 from serving.deploy import VLLM_APP
 from serving.kuberay import (  # noqa: F401  (re-exported: the manifests' public names)
@@ -84,10 +84,11 @@ def named_models(cfg: dict[str, Any]) -> list[str]:
     `therapist_model`, at any depth, in order of appearance, each once."""
     known = set(known_names("model", [CONF_DIR]))
     found: list[str] = []
-    # A run's `finetune` step writes its models' files into the run (`<recipe name>-<portion>`,
-    # jobs/finetune/job.py) for the steps after it: no manifest can host them in advance.
+    # A run's `finetune` step writes its models' files into the run for the steps after it
+    # (`<recipe name>-<portion>`, jobs.core.modelconfig.run_model_name): no manifest can host
+    # them in advance.
     recipe = (cfg.get("finetune") or {}).get("name") if "finetune" in (cfg.get("steps") or []) else None
-    own = f"{recipe}-".lower().replace("_", "-") if recipe else None
+    own = run_model_name(recipe, "") if recipe else None  # the prefix of every such name
 
     def walk(node: Any, path: str) -> None:
         if not isinstance(node, dict):

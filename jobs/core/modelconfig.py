@@ -19,6 +19,13 @@ Engine = Literal["vllm", "llamacpp"]
 Locality = Literal["local", "external"]
 
 
+def run_model_name(prefix: str, suffix: str) -> str:
+    """The name of a model file a run writes for its later steps (a fine-tune step's
+    `<recipe>-<portion>`): lower case, `_` as `-`, as model file names are. Written once here so
+    the step that names such files and the manifests that must skip them agree."""
+    return f"{prefix}-{suffix}".lower().replace("_", "-")
+
+
 class GenerationParams(StrictModel):
     """Default sampling parameters; a job may override any of them."""
 

@@ -29,7 +29,7 @@ import yaml
 
 from cluster.connect import connect
 from jobs.core.configfiles import validated
-from jobs.core.modelconfig import ModelConfig
+from jobs.core.modelconfig import ModelConfig, run_model_name
 from jobs.finetune.config import FinetuneConfig, FinetuneRecipe
 from jobs.finetune.cpu import convert_base, fit_cpu
 from jobs.finetune.data import portion_name, prepare, summary
@@ -49,12 +49,12 @@ STATUS_OK, STATUS_ERROR, STATUS_SKIPPED = "ok", "error", "skipped"
 
 def model_name(recipe: FinetuneRecipe, portion: str) -> str:
     """The fine-tuned model's file name: the recipe's and the portion's."""
-    return f"{recipe.name}-{portion_name(portion)}".lower().replace("_", "-")
+    return run_model_name(recipe.name, portion_name(portion))
 
 
 def base_name(recipe: FinetuneRecipe) -> str:
     """The model file's name of the base served beside its fine-tunes (trainer llamacpp)."""
-    return f"{recipe.name}-base".lower().replace("_", "-")
+    return run_model_name(recipe.name, "base")
 
 
 def cpu_model_file(recipe: FinetuneRecipe, display: str, gguf: str) -> dict[str, Any]:

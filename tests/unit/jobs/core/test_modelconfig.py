@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from jobs.core.modelconfig import GenerationOverrides, GenerationParams
+from jobs.core.modelconfig import GenerationOverrides, GenerationParams, run_model_name
 from jobs.core.configfiles import load_model
 
 
@@ -33,3 +33,9 @@ def test_o_series_ignores_job_wide_temperature_and_token_overrides():
     assert params.temperature == 1.0 and params.max_tokens == o4.generation.max_tokens
     assert o4.max_tokens_param == "max_completion_tokens"
     assert load_model("gpt-4o").params({"temperature": 0.0}).temperature == 0.0
+
+
+def test_a_runs_own_model_names_are_lower_case_with_dashes():
+    assert run_model_name("SQPsych_CAMEL", "gpt_4o") == "sqpsych-camel-gpt-4o"
+    assert run_model_name("smollm2_cpu", "base") == "smollm2-cpu-base"
+    assert run_model_name("smollm2_cpu", "") == "smollm2-cpu-"  # the prefix the manifests skip
