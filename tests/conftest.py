@@ -66,12 +66,13 @@ def run_job(module: str, *overrides: str, timeout: float = 600, check: bool = Tr
     return proc
 
 
-def start_job(module: str, *overrides: str, log_path: Path) -> subprocess.Popen:
-    """Start a job in its own process group (so a test can SIGKILL it and its Ray children)."""
+def start_job(module: str, *overrides: str, log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start a job in its own process group (so a test can SIGKILL it and its Ray children).
+    `env`: as `run_job`'s."""
     fh = open(log_path, "w")
     return subprocess.Popen(
         [sys.executable, "-m", module, *overrides],
-        cwd=ROOT, env=job_env(), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=ROOT, env={**job_env(), **(env or {})}, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
     )
 
 

@@ -118,7 +118,9 @@ def test_restricted_data_to_an_external_endpoint_is_refused_before_any_request(t
     assert sent == 0 and not (tmp_path / "run" / "responses").exists()
 
 
-def test_a_killed_batch_run_resumes_without_sending_written_rows_again(tmp_path):
+def test_a_killed_batch_run_resumes_without_sending_written_rows_again(tmp_path, hosted):
+    """The killed run keeps its own embedded cluster (the SIGKILL to its session takes it along);
+    the resume needs only the run directory, and joins the shared cluster."""
     texts = contexts(tmp_path / "c.csv", 80)
     run_dir = tmp_path / "run"
     with FakeServer(latency=0.3) as server:
@@ -136,7 +138,7 @@ def test_a_killed_batch_run_resumes_without_sending_written_rows_again(tmp_path)
         assert 12 <= written < 80, (tmp_path / "first.log").read_text()[-3000:]
         kept = set(pd.read_parquet(run_dir / "responses")["context_id"])
         before = len(server.log_lines())
-        second = run_job("jobs.generate", *argv)
+        second = run_job("jobs.generate", *argv, *hosted.overrides, env=hosted.env)
         log = server.log_lines()[before:]
         in_flight = server.stats()["max_in_flight"]
     assert in_flight <= 4  # the model's concurrency, as on the stage path

@@ -8,7 +8,11 @@ SIGTERM to the driver (`ray job stop`, a pod's shutdown), at two moments (just a
 call went out; mid-run), each run resuming the one before, judged by the fake endpoint's own log
 of every request it received: every call answered before the signal is a row, at most the calls
 in flight are not, one line says how many rows and how to resume (exit 128 + the signal), and
-the resume sends none of the kept rows again."""
+the resume sends none of the kept rows again.
+The early SIGINT and the one to the whole group hit a driver that started its embedded cluster
+(the group's signal reaches that cluster's processes too); the mid-run SIGINT and the SIGTERM hit
+a driver that joined a running cluster (the shared one), as `ray job submit` runs it; the resume
+joins it too."""
 
 from __future__ import annotations
 
@@ -26,9 +30,9 @@ from tests.fakes.openai_server import FakeServer
 pytestmark = pytest.mark.integration
 
 N, LATENCY, CONCURRENCY = 120, 0.5, 4
-# (requests of this run before the signal, to the whole group?, the signal)
-MOMENTS = ((1, False, signal.SIGINT), (30, False, signal.SIGINT), (30, True, signal.SIGINT),
-           (12, False, signal.SIGTERM))
+# (requests of this run before the signal, to the whole group?, the signal, on the shared cluster?)
+MOMENTS = ((1, False, signal.SIGINT, False), (30, False, signal.SIGINT, True), (30, True, signal.SIGINT, False),
+           (12, False, signal.SIGTERM, True))
 
 
 def _args(models: Path, csv: Path, run_dir: Path, *extra: str) -> list[str]:
@@ -37,7 +41,7 @@ def _args(models: Path, csv: Path, run_dir: Path, *extra: str) -> list[str]:
             "dataset.columns.human_response=null", *extra]
 
 
-def test_an_interrupt_to_the_driver_or_its_group_keeps_every_answered_call_and_resume_sends_the_rest(tmp_path):
+def test_an_interrupt_to_the_driver_or_its_group_keeps_every_answered_call_and_resume_sends_the_rest(tmp_path, hosted):
     csv = tmp_path / "c.csv"
     pd.DataFrame({"id": [f"c{i:03d}" for i in range(N)],
                   "text": [f"I have been feeling low for {i} days." for i in range(N)]}).to_csv(csv, index=False)
@@ -47,10 +51,12 @@ def test_an_interrupt_to_the_driver_or_its_group_keeps_every_answered_call_and_r
         models = write_model_dir(tmp_path / "models", "slow", server.base_url, concurrency=CONCURRENCY)
         # Parts every 30 s: what is kept is what the interrupt collects, not a routine flush.
         args = _args(models, csv, run_dir, "flush_every_s=30")
-        for i, (k, group, sig) in enumerate(MOMENTS):
+        joined = [*args, *hosted.overrides]
+        for i, (k, group, sig, shared) in enumerate(MOMENTS):
             before = len(server.log_lines())
             log_path = tmp_path / f"run{i}.log"
-            proc = start_job("jobs.generate", *args, log_path=log_path)
+            proc = (start_job("jobs.generate", *joined, log_path=log_path, env=hosted.env) if shared
+                    else start_job("jobs.generate", *args, log_path=log_path))
             deadline = time.monotonic() + 240
             while time.monotonic() < deadline and len(server.log_lines()) < before + k and proc.poll() is None:
                 time.sleep(0.01)
@@ -83,7 +89,7 @@ def test_an_interrupt_to_the_driver_or_its_group_keeps_every_answered_call_and_r
             kept_before |= kept
         assert 0 < len(kept_before) < N
         before = len(server.log_lines())
-        done = run_job("jobs.generate", *args)
+        done = run_job("jobs.generate", *joined, env=hosted.env)
         resent = [r["request_key"].split("|")[0] for r in server.log_lines()[before:]]
     # The resume sends only the rows not kept, each once.
     assert sorted(resent) == sorted({f"c{i:03d}" for i in range(N)} - kept_before), done.stdout[-2000:]

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 def test_two_point_sweep_on_the_bundled_model(tmp_path, hosted):
     sweep = tmp_path / "sweep"
     proc = run_job("jobs.pipeline", "-m", "experiment=mentalbench_demo", "generation.temperature=0.2,0.7",
-                   "dataset.limit=2", "steps=[generate,judge]", "judges=[gemma3-270m]",
+                   "dataset.limit=1", "steps=[generate,judge]", "judges=[gemma3-270m]",
                    "generation.max_tokens=16", "judge_generation.max_tokens=120", *hosted.overrides,
                    f"hydra.sweep.dir={sweep}", timeout=900, env=hosted.env)
 
@@ -33,16 +33,16 @@ def test_two_point_sweep_on_the_bundled_model(tmp_path, hosted):
         responses = pd.read_parquet(point / "responses")
         live = responses[responses["model"] == "gemma3-270m"]
         # Each point sent its own calls, at its own temperature: none found the other's rows.
-        assert len(live) == 2 and (live["status"] == "ok").all(), live[["status", "error"]]
+        assert len(live) == 1 and (live["status"] == "ok").all(), live[["status", "error"]]
         assert (live["temperature"] == temperature).all()
         scores = pd.read_parquet(point / "scores")
-        assert scores.drop_duplicates(["subject_id", "judge"]).shape[0] == 4  # 2 contexts x (model, human)
+        assert scores.drop_duplicates(["subject_id", "judge"]).shape[0] == 2  # 1 context x (model, human)
         assert json.loads((point / "sweep_point.json").read_text())["exit_code"] == 0
 
     summary = pd.read_csv(sweep / "sweep_summary.csv")
     assert list(summary["sweep"]) == ["generation.temperature=0.2", "generation.temperature=0.7"]
     assert list(summary["exit_code"]) == [0, 0]
-    assert list(summary["responses_ok"]) == [4, 4]  # 2 contexts x (bundled model, human answer)
+    assert list(summary["responses_ok"]) == [2, 2]  # 1 context x (bundled model, human answer)
     assert summary["mentalbench.css [gemma3-270m]"].between(1, 5).all()
     assert "| what | point 0 | point 1 |" in (sweep / "sweep_summary.md").read_text()
     assert "sweep summary (2 point(s))" in proc.stdout
