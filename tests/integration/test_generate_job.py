@@ -30,8 +30,10 @@ def _dataset_overrides(csv: Path) -> list[str]:
             "dataset.columns.context=text", "dataset.columns.human_response=null"]
 
 
-def test_bundled_model_answers_land_in_parquet_and_rerun_resumes(tmp_path):
-    """The README's main job on the real bundled model: answers in Parquet; a rerun sends nothing."""
+def test_bundled_model_answers_land_in_parquet_and_rerun_resumes(tmp_path, hosted):
+    """The README's main job on the real bundled model: answers in Parquet; a rerun sends nothing
+    (and starts no cluster); a rerun with more contexts sends only those, joining the shared
+    cluster (the run directory is all a resume needs)."""
     run_dir = tmp_path / "run"
     common = [f"run_dir={run_dir}", "generation.max_tokens=24", "serving.port=8123"]
     head_before = _head()
@@ -60,14 +62,15 @@ def test_bundled_model_answers_land_in_parquet_and_rerun_resumes(tmp_path):
     attempt = _provenance_checks(run_dir, first.stdout, head_before)
 
     again = run_job("jobs.generate", *common, "dataset.limit=3")
-    assert "3 already written, 0 to send" in again.stdout
+    assert "3 already written, 0 to send" in again.stdout and "Ray cluster" not in again.stdout
     attempts = json.loads((run_dir / "run.json").read_text())["attempts"]
     assert len(attempts) == 2 and attempts[0] == attempt  # the first attempt kept as it was
     if attempts[1]["code"] == attempts[0]["code"]:
         assert "changed_since_previous" not in attempts[1]  # the same commit and model file: a plain resume
     else:  # the checkout was edited between the two runs: that is what the record says
         assert attempts[1]["changed_since_previous"][0].startswith("code ")
-    more = run_job("jobs.generate", *common, "dataset.limit=5")
+    more = run_job("jobs.generate", f"run_dir={run_dir}", "generation.max_tokens=24", "dataset.limit=5",
+                   *hosted.overrides, env=hosted.env)
     assert "3 already written, 2 to send" in more.stdout
     df = pd.read_parquet(run_dir / "responses")
     assert len(df) == 5 and df["context_id"].is_unique and (df["status"] == "ok").all()
