@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.config import ClusterConfig
-from cluster.reach import ClusterUnavailable, auth_refusal, connect_failure, unreachable
+from cluster.reach import ClusterUnavailable, auth_refusal, connect_failure, not_grpc, unreachable
 
 __all__ = ["ClusterUnavailable", "NOTICE_LOGGERS", "QUIET_LOGGERS", "RAY_LOGS_LINK", "connect", "link_session_logs",
            "quiet_ray_console", "ray_init_kwargs", "running_clusters"]
@@ -146,7 +146,7 @@ def connect(cfg: ClusterConfig, *, verbose: bool = False, log_dir: Path | None =
         return "already connected"
     address = cfg.address or os.environ.get("RAY_ADDRESS")
     others = set() if address else running_clusters()
-    refused = (unreachable(address) or auth_refusal(address)) if address else None
+    refused = (unreachable(address) or not_grpc(address) or auth_refusal(address)) if address else None
     if refused is not None:
         raise ClusterUnavailable(connect_failure(address, refused, from_env=not cfg.address)) from refused
     try:

@@ -2,9 +2,11 @@
 
 `ray.init` against an address where nothing answers retries for minutes; against a cluster that
 wants a token this process lacks it retries ~20 s, a warning line a second, and then fails with
-"Failed to connect to Ray cluster", which does not say why. `cluster.connect` asks first:
-`unreachable` (a TCP connection) and `auth_refusal` (Ray's GCS client, once), and words any
-failure, these or `ray.init`'s own, with `connect_failure`.
+"Failed to connect to Ray cluster", which does not say why; against another service's port
+(something answers, but not gRPC) Ray's GCS client alone waits ~40 s. `cluster.connect` asks
+first: `unreachable` (a TCP connection), `not_grpc` (the HTTP/2 preface answered as gRPC does)
+and `auth_refusal` (Ray's GCS client, once), and words any failure, these or `ray.init`'s own,
+with `connect_failure`.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import sys
 from typing import Iterator, Mapping
 
 from jobs.core.errors import SetupError, first_line
-from jobs.core.gcsprobe import unreachable  # the TCP check: in the core layer, which the jobs' workers also ask
+# the TCP and gRPC checks: in the core layer, which the jobs' workers also ask
+from jobs.core.gcsprobe import not_grpc, unreachable
 
-__all__ = ["ClusterUnavailable", "auth_refusal", "connect_failure", "unreachable"]
+__all__ = ["ClusterUnavailable", "auth_refusal", "connect_failure", "not_grpc", "unreachable"]
 
 
 class ClusterUnavailable(SetupError):

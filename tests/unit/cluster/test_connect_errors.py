@@ -100,7 +100,22 @@ def test_connect_says_nothing_answers_before_ray_waits_for_minutes(monkeypatch, 
                                         f"(nothing answers at {closed}: Connection refused): check the address")
 
 
-def test_connect_raises_one_message_from_rays_error(monkeypatch, listening):
+@pytest.fixture
+def grpc_address():
+    """A real gRPC server (grpcio, which Ray brings) with no Ray service: it passes the gRPC check,
+    and Ray's GCS client, asked whether it refuses a token, is answered "method not found" at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(None)
+
+
+def test_connect_raises_one_message_from_rays_error(monkeypatch, grpc_address):
     import ray
 
     def refuse(**_kw):
@@ -108,11 +123,11 @@ def test_connect_raises_one_message_from_rays_error(monkeypatch, listening):
 
     monkeypatch.setattr(ray, "init", refuse)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setenv("RAY_ADDRESS", listening)
+    monkeypatch.setenv("RAY_ADDRESS", grpc_address)
     with pytest.raises(ClusterUnavailable) as caught:
         connect(ClusterConfig(), verbose=True)
     assert isinstance(caught.value, SetupError) and isinstance(caught.value.__cause__, RuntimeError)
-    assert str(caught.value).startswith(f"could not connect to the Ray cluster at RAY_ADDRESS={listening} "
+    assert str(caught.value).startswith(f"could not connect to the Ray cluster at RAY_ADDRESS={grpc_address} "
                                         "(Failed to get cluster ID from GCS server: TimedOut): check the address")
 
 
@@ -134,3 +149,27 @@ def test_auto_with_no_cluster_through_rays_own_lookup(monkeypatch):
     assert not ray.is_initialized()
     assert str(caught.value).startswith("cluster.address=auto: no Ray cluster is running on this machine to join "
                                         "(Could not find any running Ray instance.")
+
+
+def test_connect_says_what_answers_is_no_ray_head_before_ray_waits(monkeypatch):
+    """Another service's port (an HTTP/1 server: a dashboard, Serve's proxy): refused at once,
+    where Ray's GCS client alone would wait ~40 s."""
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    import ray
+
+    monkeypatch.delenv("RAY_USE_TLS", raising=False)
+    monkeypatch.setattr(ray, "init", lambda **_kw: pytest.fail("ray.init must not be reached"))
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(ClusterUnavailable) as caught:
+            connect(ClusterConfig(address=address), verbose=True)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert str(caught.value).startswith(f"could not connect to the Ray cluster at cluster.address={address} "
+                                        f"(something answers at {address} but not as a Ray head does (gRPC)")
