@@ -99,6 +99,45 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture
+def grpc_address():
+    """`127.0.0.1:PORT` of a real gRPC server (grpcio, which Ray brings) with no service: it speaks
+    gRPC as a Ray head does, and answers every method "not found" at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(None)
+
+
+@pytest.fixture
+def listening():
+    """`127.0.0.1:PORT` where something accepts TCP connections and never answers."""
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+
+
+@pytest.fixture
+def http_address():
+    """`127.0.0.1:PORT` of the standard library's HTTP/1 server (another service's port)."""
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
 def shared_data() -> Path:
     """`../shared/data`. CI always has it beside the repository: a test that needs it fails,
     never skips, when it is absent (a skip would hide that the test did not run)."""

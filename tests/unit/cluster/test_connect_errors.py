@@ -64,15 +64,6 @@ def test_an_embedded_cluster_that_does_not_start_names_its_logs():
 
 
 @pytest.fixture
-def listening():
-    """An address where something accepts TCP connections (as a GCS would)."""
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        yield f"127.0.0.1:{server.getsockname()[1]}"
-
-
-@pytest.fixture
 def closed():
     """An address where nothing listens (a port just freed)."""
     with socket.socket() as s:
@@ -89,33 +80,28 @@ def test_unreachable_tries_a_tcp_connection_and_leaves_other_addresses_to_ray(li
     assert unreachable(f"http://{closed}") is None  # not an address this probe knows how to reach
 
 
-def test_connect_says_nothing_answers_before_ray_waits_for_minutes(monkeypatch, closed):
+@pytest.mark.parametrize("fixture, why", [
+    ("closed", "nothing answers at {a}: Connection refused): check the address"),
+    # another service's port (an HTTP/1 server: a dashboard, Serve's proxy), where Ray's GCS client
+    # alone would wait ~40 s
+    ("http_address", "something answers at {a} but not as a Ray head does (gRPC): it answered b'<!DOCTYPE"),
+])
+def test_connect_says_why_it_cannot_join_before_ray_waits(monkeypatch, request, fixture, why):
     import ray
 
+    address = request.getfixturevalue(fixture)
+    monkeypatch.delenv("RAY_USE_TLS", raising=False)
     monkeypatch.setattr(ray, "init", lambda **_kw: pytest.fail("ray.init must not be reached"))
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     with pytest.raises(ClusterUnavailable) as caught:
-        connect(ClusterConfig(address=closed), verbose=True)
-    assert str(caught.value).startswith(f"could not connect to the Ray cluster at cluster.address={closed} "
-                                        f"(nothing answers at {closed}: Connection refused): check the address")
-
-
-@pytest.fixture
-def grpc_address():
-    """A real gRPC server (grpcio, which Ray brings) with no Ray service: it passes the gRPC check,
-    and Ray's GCS client, asked whether it refuses a token, is answered "method not found" at once."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import grpc
-
-    server = grpc.server(ThreadPoolExecutor(max_workers=1))
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield f"127.0.0.1:{port}"
-    server.stop(None)
+        connect(ClusterConfig(address=address), verbose=True)
+    assert str(caught.value).startswith(f"could not connect to the Ray cluster at cluster.address={address} "
+                                        f"({why.format(a=address)}")
 
 
 def test_connect_raises_one_message_from_rays_error(monkeypatch, grpc_address):
+    """At a gRPC server (tests/conftest.py) the gRPC check passes, and Ray's GCS client, asked
+    whether it refuses a token, is answered "method not found" at once: `ray.init` is reached."""
     import ray
 
     def refuse(**_kw):
@@ -150,26 +136,3 @@ def test_auto_with_no_cluster_through_rays_own_lookup(monkeypatch):
     assert str(caught.value).startswith("cluster.address=auto: no Ray cluster is running on this machine to join "
                                         "(Could not find any running Ray instance.")
 
-
-def test_connect_says_what_answers_is_no_ray_head_before_ray_waits(monkeypatch):
-    """Another service's port (an HTTP/1 server: a dashboard, Serve's proxy): refused at once,
-    where Ray's GCS client alone would wait ~40 s."""
-    import threading
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
-    import ray
-
-    monkeypatch.delenv("RAY_USE_TLS", raising=False)
-    monkeypatch.setattr(ray, "init", lambda **_kw: pytest.fail("ray.init must not be reached"))
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    address = f"127.0.0.1:{server.server_address[1]}"
-    try:
-        with pytest.raises(ClusterUnavailable) as caught:
-            connect(ClusterConfig(address=address), verbose=True)
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert str(caught.value).startswith(f"could not connect to the Ray cluster at cluster.address={address} "
-                                        f"(something answers at {address} but not as a Ray head does (gRPC)")

@@ -1,44 +1,16 @@
 """`jobs.core.gcsprobe.not_grpc`: what answers at an address is asked in HTTP/2, as Ray's own
 gRPC client would; checked against a real gRPC server (grpcio, which Ray brings), a real HTTP/1
-server (the standard library's), a listener that never answers and one that hangs up."""
+server (the standard library's), a listener that never answers and one that hangs up. The servers
+are tests/conftest.py's fixtures, but the one that hangs up."""
 
 from __future__ import annotations
 
 import socket
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
-import grpc
 import pytest
 
 from jobs.core.gcsprobe import not_grpc
-
-
-@pytest.fixture
-def grpc_address():
-    server = grpc.server(ThreadPoolExecutor(max_workers=1))
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield f"127.0.0.1:{port}"
-    server.stop(None)
-
-
-@pytest.fixture
-def http_address():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture
-def silent_address():
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        yield f"127.0.0.1:{server.getsockname()[1]}"
 
 
 @pytest.fixture
@@ -74,8 +46,8 @@ def test_a_listener_that_hangs_up_is_said(hanging_up_address, monkeypatch):
     assert "it closed the connection without an answer" in str(not_grpc(hanging_up_address))
 
 
-def test_silence_and_what_it_cannot_ask_are_left_to_ray(silent_address, http_address, monkeypatch):
-    assert not_grpc(silent_address, timeout_s=0.2) is None  # a busy head may be slow to answer
+def test_silence_and_what_it_cannot_ask_are_left_to_ray(listening, http_address, monkeypatch):
+    assert not_grpc(listening, timeout_s=0.2) is None  # a busy head may be slow to answer
     assert not_grpc("auto") is None and not_grpc("http://127.0.0.1:1") is None
     monkeypatch.setenv("RAY_USE_TLS", "1")  # gRPC over TLS: a plain-text preface cannot tell
     assert not_grpc(http_address) is None
